@@ -1,0 +1,36 @@
+# Two commands do all the set-up on a fresh machine: `make book` and `make test`.
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+DATA    ?= synthetic
+PROFILE ?= default
+RUN_DIR ?= runs/$(PROFILE)
+UNTIL   ?=
+
+.PHONY: book test lint venv bench clean
+
+# The stamp is rebuilt when the requirements change; pip takes torch/torchvision from the local disk.
+$(VENV)/.installed: requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-build-isolation --no-deps -e .
+	touch $@
+
+venv: $(VENV)/.installed
+
+book: venv
+	$(PY) -m cropcop_utils book --data $(DATA) --profile $(PROFILE) --run-dir $(RUN_DIR) $(if $(UNTIL),--until $(UNTIL))
+
+lint: venv
+	$(VENV)/bin/ruff check cropcop_utils tests bench
+
+test: lint
+	$(VENV)/bin/pytest -q
+
+bench: venv
+	$(PY) bench/audit_bench.py
+	$(PY) bench/train_bench.py
+	$(PY) bench/runtime_bench.py
+
+clean:
+	rm -rf _build book/*.ipynb book/_run_facts.md book/summary.md book/_toc.run.yml

@@ -1,0 +1,44 @@
+"""Command line: ``python -m cropcop_utils book --data synthetic|PATH --profile NAME --run-dir DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .config import SYNTHETIC, available_profiles
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m cropcop_utils", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    book = commands.add_parser("book", help="execute the chapter notebooks and render the book")
+    book.add_argument("--data", default=SYNTHETIC,
+                      help="'synthetic' (the embedded corpus) or an image-folder corpus: "
+                           "PATH/<class>/<images> or PATH/{train,val,test}/<class>/<images>")
+    book.add_argument("--profile", default="default", help=f"one of {', '.join(available_profiles())} "
+                      "or a path to a profile YAML")
+    book.add_argument("--run-dir", default=None, help="run folder (default: runs/<profile>)")
+    book.add_argument("--until", default=None, help="run the chain only up to this chapter (e.g. audit)")
+    book.add_argument("--no-html", action="store_true", help="execute the notebooks but skip the HTML build")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .book import ChapterFailed, run_book
+
+    run_dir = args.run_dir or f"runs/{args.profile}"
+    try:
+        run_book(run_dir, profile=args.profile, data=args.data, until=args.until, html=not args.no_html,
+                 log=lambda line: print(line, flush=True))
+    except ChapterFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Profiles (one YAML each) and the run context every chapter opens first."""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .evidence import atomic_write_text, sha256_json
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+PARAMS_NAME = "params.yaml"
+SYNTHETIC = "synthetic"
+
+
+class RunFolderConflict(RuntimeError):
+    """The run folder was made with another profile, corpus or overrides."""
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def load_profile(profile: str | os.PathLike, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Load a profile by name (``smoke``, ``default``, ``paper``) or path and apply nested overrides."""
+    path = Path(profile)
+    if not path.suffix:
+        path = PROFILES_DIR / f"{profile}.yaml"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"profile {profile!r} not found; known profiles: {', '.join(available_profiles())}"
+        )
+    params = yaml.safe_load(path.read_text())
+    return deep_merge(params, overrides or {})
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a chapter needs to know about its run: the folder, the resolved parameters, the corpus."""
+
+    run_dir: Path
+    params: dict[str, Any]
+    fingerprint: str
+
+    @property
+    def profile(self) -> str:
+        return self.params["name"]
+
+    @property
+    def data(self) -> str:
+        return self.params["data"]
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.data == SYNTHETIC
+
+    @property
+    def corpus_root(self) -> Path:
+        """The image-folder corpus: the embedded synthetic one lives inside the run folder."""
+        if self.is_synthetic:
+            return self.run_dir / "synthetic" / "corpus"
+        return Path(self.data)
+
+    @property
+    def planted_truth_path(self) -> Path | None:
+        return self.run_dir / "synthetic" / "planted.json" if self.is_synthetic else None
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.params.get(name, {})
+
+
+def open_run(
+    run_dir: str | os.PathLike,
+    profile: str = "default",
+    data: str = SYNTHETIC,
+    overrides: dict[str, Any] | None = None,
+) -> RunContext:
+    """Create or reopen a run folder.
+
+    The first call resolves the profile (plus overrides and the corpus) into ``params.yaml`` with its
+    fingerprint.  Later calls (each chapter) reopen it and refuse if asked for a different profile,
+    corpus or overrides, so one run folder always holds one coherent chain.
+    """
+    run_dir = Path(run_dir).resolve()
+    if data != SYNTHETIC:
+        data = str(Path(data).expanduser().resolve())
+        if not Path(data).is_dir():
+            raise FileNotFoundError(f"--data {data}: no such corpus folder")
+    params = load_profile(profile, overrides)
+    params["data"] = data
+    fingerprint = sha256_json(params)
+    params_path = run_dir / PARAMS_NAME
+    if params_path.exists():
+        recorded = yaml.safe_load(params_path.read_text())
+        if recorded.get("fingerprint") != fingerprint:
+            raise RunFolderConflict(
+                f"{run_dir} was made with profile {recorded['params'].get('name')!r} on "
+                f"{recorded['params'].get('data')!r} (params fingerprint "
+                f"{str(recorded.get('fingerprint'))[:12]}…); this call asks for profile {profile!r} "
+                f"on {data!r} ({fingerprint[:12]}…). Use a new --run-dir or the same settings."
+            )
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(params_path, yaml.safe_dump({"fingerprint": fingerprint, "params": params},
+                                                      sort_keys=False))
+    return RunContext(run_dir=run_dir, params=params, fingerprint=fingerprint)
+
+
+def reopen_run(run_dir: str | os.PathLike) -> RunContext:
+    """Open an existing run folder with whatever it was made with (the explorer uses this)."""
+    run_dir = Path(run_dir).resolve()
+    params_path = run_dir / PARAMS_NAME
+    if not params_path.exists():
+        raise FileNotFoundError(f"{run_dir} has no {PARAMS_NAME}: not a CropCop run folder")
+    recorded = yaml.safe_load(params_path.read_text())
+    if sha256_json(recorded["params"]) != recorded["fingerprint"]:
+        raise RunFolderConflict(f"{params_path} was edited after it was written (fingerprint mismatch)")
+    return RunContext(run_dir=run_dir, params=recorded["params"], fingerprint=recorded["fingerprint"])

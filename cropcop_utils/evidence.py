@@ -1,0 +1,231 @@
+"""Run-folder evidence: atomic writes, SHA-256 fingerprints, chapter records and the identity registry.
+
+Every artifact a chapter writes is registered in ``registry.json`` (path relative to the run folder,
+bytes, SHA-256, chapter).  A later chapter reads an artifact only through :class:`Chapter`, which
+re-hashes the file and refuses to continue when it no longer matches what was registered.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+REGISTRY_NAME = "registry.json"
+_CHUNK = 1 << 20
+
+
+class FingerprintMismatch(RuntimeError):
+    """An input artifact is missing or differs from the fingerprint recorded when it was written."""
+
+
+# --------------------------------------------------------------------------- hashing
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys and no whitespace, so equal content always hashes equally."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def sha256_json(obj: Any) -> str:
+    return sha256_bytes(canonical_json(obj).encode())
+
+
+def row_id(rel_path: str) -> str:
+    """Stable row identity of an image: a hash of its corpus-relative POSIX path."""
+    return sha256_bytes(rel_path.encode("utf-8"))[:16]
+
+
+# --------------------------------------------------------------------------- atomic writes
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write to a temp file in the same folder, fsync, then ``os.replace`` (as timm's saver does)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default, allow_nan=False)
+    return atomic_write_text(path, text + "\n")
+
+
+def atomic_write_parquet(path: str | os.PathLike, frame: pd.DataFrame) -> Path:
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def atomic_save_figure(figure: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
+    buffer = io.BytesIO()
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    figure.savefig(buffer, format=fmt, bbox_inches="tight", **kwargs)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def _json_default(value: Any) -> Any:
+    # numpy scalars/arrays and paths appear in figures; JSON needs plain Python values.
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (_dt.date, _dt.datetime)):
+        return value.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+# --------------------------------------------------------------------------- registry
+def read_registry(run_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    path = Path(run_dir) / REGISTRY_NAME
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())["artifacts"]
+
+
+def register(run_dir: str | os.PathLike, rel_path: str, chapter: str) -> dict[str, Any]:
+    """Hash ``run_dir/rel_path`` and record it as written by ``chapter``."""
+    run_dir = Path(run_dir)
+    target = run_dir / rel_path
+    entry = {
+        "bytes": target.stat().st_size,
+        "sha256": sha256_file(target),
+        "chapter": chapter,
+        "written_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    artifacts = read_registry(run_dir)
+    artifacts[rel_path] = entry
+    atomic_write_json(run_dir / REGISTRY_NAME, {"artifacts": dict(sorted(artifacts.items()))})
+    return entry
+
+
+def verify_artifact(run_dir: str | os.PathLike, rel_path: str, expected_sha256: str | None = None) -> str:
+    """Re-hash an artifact and compare it with the registry (or ``expected_sha256``).
+
+    Returns the SHA-256.  Raises :class:`FingerprintMismatch` naming the file, who wrote it and what
+    to rerun, when the file is missing, unregistered or changed.
+    """
+    run_dir = Path(run_dir)
+    target = run_dir / rel_path
+    entry = read_registry(run_dir).get(rel_path)
+    if expected_sha256 is None:
+        if entry is None:
+            raise FingerprintMismatch(
+                f"{rel_path} is not in {run_dir / REGISTRY_NAME}: no earlier chapter wrote it "
+                "in this run folder; run the chain from the chapter that produces it."
+            )
+        expected_sha256 = entry["sha256"]
+    writer = entry["chapter"] if entry else "an earlier chapter"
+    if not target.exists():
+        raise FingerprintMismatch(f"{rel_path} is missing from {run_dir}; rerun chapter '{writer}'.")
+    found = sha256_file(target)
+    if found != expected_sha256:
+        raise FingerprintMismatch(
+            f"{rel_path} changed since chapter '{writer}' froze it: recorded SHA-256 "
+            f"{expected_sha256[:16]}…, found {found[:16]}…. Refusing to run on unverified input; "
+            f"rerun chapter '{writer}' and the chapters after it."
+        )
+    return found
+
+
+def verify_registry(run_dir: str | os.PathLike) -> pd.DataFrame:
+    """Re-hash every registered artifact; a table with one row per artifact and a ``matches`` column."""
+    rows = []
+    for rel_path, entry in read_registry(run_dir).items():
+        target = Path(run_dir) / rel_path
+        found = sha256_file(target) if target.exists() else None
+        rows.append({"path": rel_path, "chapter": entry["chapter"], "bytes": entry["bytes"],
+                     "sha256": entry["sha256"], "found_sha256": found,
+                     "matches": found == entry["sha256"]})
+    return pd.DataFrame(rows, columns=["path", "chapter", "bytes", "sha256", "found_sha256", "matches"])
+
+
+# --------------------------------------------------------------------------- chapter record
+class Chapter:
+    """One chapter's view of the run folder: verified reads, registered atomic writes, one JSON record.
+
+    ``inputs`` maps every artifact the chapter read to the SHA-256 it verified; ``outputs`` maps every
+    artifact it wrote to its SHA-256.  :meth:`finish` writes ``<name>/<name>.json`` with both plus the
+    chapter's figures.  ``folder`` defaults to ``name`` (the analysis chapters share ``analysis/``).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, name: str, folder: str | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.name = name
+        self.folder_name = folder or name
+        self.folder = self.run_dir / self.folder_name
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.inputs: dict[str, str] = {}
+        self.outputs: dict[str, str] = {}
+
+    def path(self, rel_path: str) -> Path:
+        return self.run_dir / rel_path
+
+    # reads
+    def verify(self, rel_path: str, expected_sha256: str | None = None) -> Path:
+        self.inputs[rel_path] = verify_artifact(self.run_dir, rel_path, expected_sha256)
+        return self.path(rel_path)
+
+    def read_parquet(self, rel_path: str, expected_sha256: str | None = None) -> pd.DataFrame:
+        return pd.read_parquet(self.verify(rel_path, expected_sha256))
+
+    def read_json(self, rel_path: str, expected_sha256: str | None = None) -> Any:
+        return json.loads(self.verify(rel_path, expected_sha256).read_text())
+
+    # writes
+    def record_output(self, rel_path: str) -> str:
+        """Register a file the chapter wrote by other means (a checkpoint, a .pte, a figure)."""
+        self.outputs[rel_path] = register(self.run_dir, rel_path, self.name)["sha256"]
+        return self.outputs[rel_path]
+
+    def write_parquet(self, rel_path: str, frame: pd.DataFrame) -> str:
+        atomic_write_parquet(self.path(rel_path), frame)
+        return self.record_output(rel_path)
+
+    def write_json(self, rel_path: str, obj: Any) -> str:
+        atomic_write_json(self.path(rel_path), obj)
+        return self.record_output(rel_path)
+
+    def save_figure(self, figure: Any, rel_path: str, **kwargs: Any) -> str:
+        atomic_save_figure(figure, self.path(rel_path), **kwargs)
+        return self.record_output(rel_path)
+
+    def finish(self, figures: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        record = {"chapter": self.name, "inputs": dict(self.inputs), "outputs": dict(self.outputs),
+                  "figures": figures, **extra}
+        record_path = f"{self.folder_name}/{self.name}.json"
+        atomic_write_json(self.path(record_path), record)
+        register(self.run_dir, record_path, self.name)
+        return record

@@ -1,0 +1,70 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cropcop_utils import book
+from cropcop_utils.__main__ import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_committed_toc_lists_the_chain_in_order():
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    files = [entry["file"] for entry in toc["chapters"]]
+    assert files[0] == "book/summary"
+    assert files[1:] == [f"book/{c.notebook}" for c in book.CHAPTERS]
+
+
+def test_every_chapter_has_a_clean_source_notebook_with_parameters():
+    import nbformat
+
+    for spec in book.CHAPTERS:
+        notebook = nbformat.read(REPO / "notebooks" / f"{spec.notebook}.ipynb", as_version=4)
+        code = [c for c in notebook.cells if c.cell_type == "code"]
+        assert any("parameters" in c.metadata.get("tags", []) for c in code), spec.notebook
+        assert all(not c.get("outputs") for c in code), f"{spec.notebook} is committed with outputs"
+
+
+def test_until_selects_a_prefix_of_the_chain():
+    assert [c.name for c in book.chapters_until("audit")] == ["corpus", "audit"]
+    assert len(book.chapters_until(None)) == len(book.CHAPTERS)
+    with pytest.raises(ValueError, match="not a chapter"):
+        book.chapters_until("nonsense")
+
+
+def test_cli_defaults():
+    args = build_parser().parse_args(["book"])
+    assert (args.data, args.profile, args.until) == ("synthetic", "default", None)
+
+
+def test_failing_chapter_stops_with_its_error_and_notebook_path(tmp_path, monkeypatch):
+    import nbformat
+
+    broken = tmp_path / "notebooks"
+    broken.mkdir()
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell('run_dir = ""\nprofile = ""\ndata = ""')
+    params.metadata["tags"] = ["parameters"]
+    notebook.cells = [params, nbformat.v4.new_code_cell("raise ValueError('planted failure')")]
+    nbformat.write(notebook, broken / "01_corpus.ipynb")
+    monkeypatch.setattr(book, "NOTEBOOKS_DIR", broken)
+    with pytest.raises(book.ChapterFailed, match="planted failure") as failure:
+        book.run_book(tmp_path / "run", profile="smoke", until="corpus", html=False,
+                      book_root=tmp_path / "root", log=lambda _: None)
+    assert str(tmp_path / "root" / "book" / "01_corpus.ipynb") in str(failure.value)
+    assert (tmp_path / "root" / "book" / "01_corpus.ipynb").exists()
+
+
+@pytest.mark.slow
+def test_smoke_book_runs_every_chapter_and_renders(smoke_book):
+    assert smoke_book["chapters"] == [c.name for c in book.CHAPTERS]
+    index = Path(smoke_book["index"])
+    assert index.exists()
+    html = index.parent / "book"
+    for spec in book.CHAPTERS:
+        assert (html / f"{spec.notebook}.html").exists(), spec.notebook
+    intro = (html / "intro.html").read_text()
+    assert "smoke" in intro and "synthetic corpus" in intro
+    assert any("[1/9] corpus: done" in line for line in smoke_book["log"])

@@ -1,0 +1,58 @@
+import pytest
+import yaml
+
+from cropcop_utils import config
+from cropcop_utils.config import RunFolderConflict
+
+
+@pytest.mark.parametrize("name", ["smoke", "default", "paper"])
+def test_profiles_load_with_the_shared_sections(name):
+    params = config.load_profile(name)
+    assert params["name"] == name
+    for section in ("synthetic", "image", "corpus", "audit", "split"):
+        assert isinstance(params[section], dict), section
+    fractions = params["split"]["fractions"]
+    assert sum(fractions.values()) == pytest.approx(1.0)
+
+
+def test_paper_profile_carries_the_study_resolution():
+    assert config.load_profile("paper")["image"]["size"] == 256
+
+
+def test_unknown_profile_names_the_known_ones():
+    with pytest.raises(FileNotFoundError, match="smoke"):
+        config.load_profile("nope")
+
+
+def test_overrides_merge_deeply():
+    params = config.load_profile("smoke", {"image": {"size": 32}})
+    assert params["image"]["size"] == 32
+    assert params["image"]["mean"] == config.load_profile("smoke")["image"]["mean"]
+
+
+def test_open_run_writes_params_and_refuses_other_settings(tmp_path):
+    ctx = config.open_run(tmp_path / "run", profile="smoke")
+    recorded = yaml.safe_load((tmp_path / "run" / "params.yaml").read_text())
+    assert recorded["fingerprint"] == ctx.fingerprint
+    assert ctx.corpus_root == (tmp_path / "run").resolve() / "synthetic" / "corpus"
+    assert config.open_run(tmp_path / "run", profile="smoke").fingerprint == ctx.fingerprint
+    with pytest.raises(RunFolderConflict, match="profile 'smoke'"):
+        config.open_run(tmp_path / "run", profile="default")
+    assert config.reopen_run(tmp_path / "run").params == ctx.params
+
+
+def test_open_run_on_a_real_folder(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    ctx = config.open_run(tmp_path / "run", profile="smoke", data=str(corpus))
+    assert not ctx.is_synthetic and ctx.corpus_root == corpus.resolve()
+    with pytest.raises(FileNotFoundError, match="no such corpus folder"):
+        config.open_run(tmp_path / "run2", profile="smoke", data=str(tmp_path / "missing"))
+
+
+def test_reopen_detects_edited_params(tmp_path):
+    config.open_run(tmp_path, profile="smoke")
+    path = tmp_path / "params.yaml"
+    path.write_text(path.read_text().replace("name: smoke", "name: edited"))
+    with pytest.raises(RunFolderConflict, match="edited"):
+        config.reopen_run(tmp_path)
