@@ -75,7 +75,21 @@ def execute_chapter(spec: ChapterSpec, ctx: RunContext, book_dir: Path) -> Path:
             f"chapter '{spec.name}' failed: {error.ename}: {error.evalue}\n"
             f"  partly executed notebook: {target}"
         ) from None
+    fold_code_cells(target)
     return target
+
+
+def fold_code_cells(path: Path) -> None:
+    """Tag every code cell ``hide-input``: the book shows results, with the code one click away."""
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            tags = cell.metadata.setdefault("tags", [])
+            if "hide-input" not in tags:
+                tags.append("hide-input")
+    atomic_write_text(path, nbformat.writes(notebook))
 
 
 def prepare_book_root(book_root: Path) -> Path:
