@@ -1,0 +1,130 @@
+"""Identity table, mismatch detection and the evidence summary page."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from analysis_fixtures import analysed_run, build_run  # noqa: F401
+
+from cropcop_utils import evidence, registry
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_identity_table_names_every_kind(tmp_path: Path) -> None:
+    run = build_run(tmp_path)
+    table = registry.check(run.run_dir).set_index("path")
+    assert table["matches"].all()
+    expected = {"corpus/manifest.parquet": "manifest", "corpus/class_map.json": "class map",
+                "split/class_map.json": "class map", "audit/relationships.parquet": "relationships",
+                "audit/groups.parquet": "groups", "split/split.parquet": "split",
+                "training/reference/best.pt": "checkpoint", "ptq/selected.pt2": "converted graph",
+                "runtime/model.pte": "runtime program (.pte)",
+                "runtime/predictions_test.parquet": "prediction records", "split/split.json": "metrics JSON"}
+    for path, kind in expected.items():
+        assert table.loc[path, "kind"] == kind, path
+    manifest = run.run_dir / "corpus/manifest.parquet"
+    assert table.loc["corpus/manifest.parquet", "sha256"] == evidence.sha256_file(manifest)
+    assert table.loc["corpus/manifest.parquet", "found_bytes"] == manifest.stat().st_size
+    assert table.loc["split/split.parquet", "chapter"] == "split"
+
+
+def test_mismatch_fails_loudly(tmp_path: Path) -> None:
+    run = build_run(tmp_path)
+    target = run.run_dir / "runtime/model.pte"
+    data = bytearray(target.read_bytes())
+    data[0] ^= 0x01  # same size, different content
+    target.write_bytes(bytes(data))
+    table = registry.identity_table(run.run_dir).set_index("path")
+    assert not table.loc["runtime/model.pte", "matches"]
+    assert table.drop(index="runtime/model.pte")["matches"].all()
+    with pytest.raises(registry.RegistryMismatch, match=r"runtime/model\.pte \(written by 'runtime'\)"):
+        registry.check(run.run_dir)
+    with pytest.raises(registry.RegistryMismatch):
+        registry.render_summary_markdown(run.run_dir)
+    (run.run_dir / "ptq/selected.pt2").unlink()
+    with pytest.raises(registry.RegistryMismatch, match=r"ptq/selected\.pt2.*missing"):
+        registry.check(run.run_dir)
+
+
+def test_check_without_registry(tmp_path: Path) -> None:
+    with pytest.raises(registry.RegistryMismatch, match="registry.json is missing"):
+        registry.check(tmp_path)
+
+
+def test_every_summary_number_traces_to_its_file(analysed_run) -> None:  # noqa: F811
+    run, _, _ = analysed_run
+    rows = registry.evidence_summary(run.run_dir)
+    assert rows and all(set(r) >= {"claim", "value", "source", "key"} for r in rows)
+    for row in rows:
+        record = json.loads((run.run_dir / row["source"]).read_text())
+        assert registry.lookup(record, row["key"]) == row["value"], row
+    headline = {(r["source"], r["key"]) for r in rows if r["headline"]}
+    assert ("analysis/per_class.json", "figures.paired.reference_to_pte.macro_f1.delta") in headline
+    assert ("analysis/fruit_slice.json",
+            "figures.slice.paired.reference_to_pte.mean_recall.delta") in headline
+    assert ("split/split.json", "totals.test") in headline
+
+
+def test_missing_keys_are_skipped_not_invented(tmp_path: Path) -> None:
+    run = build_run(tmp_path)
+    rows = registry.evidence_summary(run.run_dir)
+    assert not any(r["source"].startswith("analysis/") for r in rows)
+    keys = {r["key"] for r in rows if r["source"] == "split/split.json"}
+    assert "totals.test" in keys and "train_support_ratio.ratio" not in keys  # the fixture lacks it
+
+
+def _assert_valid_myst(text: str) -> None:
+    """One top heading, no skipped levels, and docutils + MyST (the book's extensions) raise no warning."""
+    from docutils.core import publish_doctree
+    from myst_parser.parsers.docutils_ import Parser
+
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert sum(h.startswith("# ") for h in headings) == 1 and headings[0].startswith("# ")
+    levels = [len(h) - len(h.lstrip("#")) for h in headings]
+    assert all(b - a <= 1 for a, b in zip(levels, levels[1:], strict=False))
+    publish_doctree(text, parser=Parser(), settings_overrides={
+        "halt_level": 2, "report_level": 2, "myst_enable_extensions": ["dollarmath", "colon_fence"]})
+
+
+def test_summary_markdown_partial_run(tmp_path: Path) -> None:
+    run = build_run(tmp_path, states=("reference", "compact"))
+    text = registry.render_summary_markdown(run.run_dir)
+    _assert_valid_myst(text)
+    assert "Chapter 8: Per-class analysis" in text and "did not run" in text
+    assert "Chapters that did not run in this run folder:" in text
+    assert "Chapter 4: Probes" in text.split("Chapters that did not run")[1]
+    assert "training/training.json" in text  # the fixture's training record ran
+
+
+def test_summary_markdown_full_run(analysed_run) -> None:  # noqa: F811
+    run, record, _ = analysed_run
+    text = registry.render_summary_markdown(run.run_dir)
+    _assert_valid_myst(text)
+    assert "## Headline results" in text and "## Artifact identity" in text
+    sha = evidence.read_registry(run.run_dir)["runtime/model.pte"]["sha256"]
+    assert f"`{sha}`" in text
+    delta = record["figures"]["paired"]["reference_to_pte"]["macro_f1"]["delta"]
+    assert registry.format_value(delta) in text
+
+
+@pytest.mark.slow
+def test_summary_builds_with_jupyter_book(tmp_path: Path, analysed_run) -> None:  # noqa: F811
+    """The page as the runner places it (book/summary.md) renders with Jupyter Book -W."""
+    run, _, _ = analysed_run
+    root = tmp_path / "book_root"
+    (root / "book").mkdir(parents=True)
+    shutil.copy(REPO / "_config.yml", root / "_config.yml")
+    (root / "book" / "intro.md").write_text("# CropCop\n\nIntro.\n")
+    (root / "book" / "summary.md").write_text(registry.render_summary_markdown(run.run_dir))
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/summary\n")
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    done = subprocess.run([str(jupyter_book), "build", str(root), "-W", "--keep-going"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (root / "_build" / "html" / "book" / "summary.html").exists()
