@@ -1,0 +1,93 @@
+"""The study's deployment path on the paper architecture: .pte size and host latency vs eager float.
+
+Builds MobileNetV4 Conv-Medium with a 120-way head (untrained weights: size and speed do not depend on
+the values), quantises it with the dynamic-activation, per-channel-weight XNNPACK candidate (the one the
+study selected), lowers it to an ExecuTorch program with the XNNPACK partitioner, and prints the
+program's size next to the study's 22.60 MiB, the size ratio to the prequantised state file, and the
+batch-1 latency of the .pte against the eager float model, each measured in a fresh subprocess.
+
+    .venv/bin/python bench/runtime_bench.py [--size 256] [--runs 30] [--threads 1] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from cropcop_utils import quant, runtime
+from cropcop_utils.evidence import sha256_bytes
+from cropcop_utils.models import count_params, create_model
+
+STUDY_PTE_MIB = 22.5986      # the study's .pte
+STUDY_REDUCTION = 0.3192     # smaller than the prequantised state file
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="mobilenetv4_conv_medium")
+    parser.add_argument("--num-classes", type=int, default=120)
+    parser.add_argument("--size", type=int, default=256, help="input side in pixels")
+    parser.add_argument("--max-batch", type=int, default=64, help="upper bound of the dynamic batch size")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=30, help="timed batch-1 calls per model")
+    parser.add_argument("--threads", type=int, default=1, help="torch and ExecuTorch threads alike")
+    parser.add_argument("--out", type=Path, default=None, help="keep model.pte here (default: a temp dir)")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    torch.manual_seed(0)
+    model = create_model(args.arch, args.num_classes).eval()
+    state = runtime.state_dict_bytes(model.state_dict())
+    candidate = quant.Candidate("dynamic_pc", "dynamic", True, 0, 0)
+    example = torch.zeros(2, 3, args.size, args.size)
+    graph, _ = quant.quantise(quant.export_dynamic(model, example, args.max_batch), candidate, [], example)
+    summary = quant.summarise_ops(quant.quantised_ops(graph))
+    program = quant.load_program(quant.serialise(graph, example, args.max_batch))
+    lowered = time.perf_counter()
+    data, _, delegation = runtime.lower(program)
+    lowering_s = time.perf_counter() - lowered
+    size = runtime.size_record(len(data), len(state))
+
+    with tempfile.TemporaryDirectory() as scratch:
+        out = args.out or Path(scratch)
+        out.mkdir(parents=True, exist_ok=True)
+        pte_path, state_path = out / "model.pte", out / "float_state.pt"
+        pte_path.write_bytes(data)
+        state_path.write_bytes(state)
+        common = {"image_size": args.size, "warmup": args.warmup, "runs": args.runs, "threads": args.threads,
+                  "seed": 0}
+        latency = runtime.compare_latency(
+            {**common, "kind": "pte", "path": str(pte_path), "sha256": sha256_bytes(data)},
+            {**common, "kind": "eager", "arch": args.arch, "num_classes": args.num_classes,
+             "state_path": str(state_path)})
+    ratios = runtime.latency_ratios(latency)
+    rows = latency.set_index("kind")
+
+    print(f"model               {args.arch}, {args.num_classes} classes, {count_params(model):,} parameters, "
+          f"{args.size}x{args.size} input (untrained weights)")
+    print(f"candidate           dynamic activations, per-channel int8 weights: "
+          f"{summary['int8_weight_nodes']} conv/linear nodes int8, "
+          f"{100 * summary['int8_weight_share']:.1f}% of {summary['weight_params']:,} weight parameters")
+    print(f"delegation          {delegation['delegated_nodes']} nodes in {delegation['delegated_subgraphs']} "
+          f"XNNPACK subgraph(s), {delegation['non_delegated_nodes']} outside; lowered in {lowering_s:.0f} s")
+    print(f"prequantised state  {size['state_mib']:.4f} MiB ({size['state_bytes']:,} bytes)")
+    print(f".pte                {size['pte_mib']:.4f} MiB ({size['pte_bytes']:,} bytes)   "
+          f"study: {STUDY_PTE_MIB:.4f} MiB   difference {size['pte_mib'] - STUDY_PTE_MIB:+.4f} MiB")
+    print(f"size reduction      {100 * size['reduction']:.2f}% smaller than the state file   "
+          f"study: {100 * STUDY_REDUCTION:.2f}%")
+    for kind, label in (("pte", ".pte (XNNPACK)"), ("eager", "eager float")):
+        row = rows.loc[kind]
+        print(f"latency {label:<12} p50 {row['p50_ms']:8.2f} ms   p95 {row['p95_ms']:8.2f} ms   "
+              f"peak memory above baseline {row['peak_above_baseline_mib']:8.1f} MiB "
+              f"(batch 1, {row['threads']} thread(s), {row['runs']} runs)")
+    print(f"ratio .pte / eager  p50 {ratios['p50_ratio']:.3f}   p95 {ratios['p95_ratio']:.3f}   "
+          f"memory {ratios['memory_ratio']:.3f}")
+    print(f"total               {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

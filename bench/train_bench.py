@@ -1,0 +1,84 @@
+"""Training throughput on this machine: images/s of one optimiser step for both models of a profile.
+
+Measures the model side of the loop (forward, loss, backward, AdamW step; the compact model with its
+teacher's forward pass when the profile distils) on random inputs at the profile's image size and batch
+size, with channels-last on and off, plus the augmentation pipeline alone (one thread, no model).
+
+    .venv/bin/python bench/train_bench.py [--profile default] [--steps 8] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from cropcop_utils import config, train
+from cropcop_utils.augment import AugmentParams, augment
+from cropcop_utils.models import create_model, distillation_loss
+
+
+def step_rate(arch: str, classes: int, size: int, batch: int, steps: int, channels_last: bool,
+              teacher_arch: str | None, distill: dict) -> float:
+    """Images per second of full training steps (after two warm-up steps)."""
+    torch.manual_seed(0)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = create_model(arch, classes).to(memory_format=fmt).train()
+    teacher = create_model(teacher_arch, classes).to(memory_format=fmt).eval() if teacher_arch else None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    images = torch.randn(batch, 3, size, size).contiguous(memory_format=fmt)
+    labels = torch.randint(0, classes, (batch,))
+    for i in range(steps + 2):
+        if i == 2:
+            start = time.perf_counter()
+        logits = model(images)
+        if teacher is not None:
+            with torch.no_grad():
+                soft = teacher(images)
+            loss = distillation_loss(logits, soft, labels, distill["temperature"], distill["alpha"])
+        else:
+            loss = F.cross_entropy(logits, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return steps * batch / (time.perf_counter() - start)
+
+
+def augment_rate(size: int, n: int = 200) -> float:
+    image = np.random.default_rng(0).integers(0, 255, (size, size, 3), dtype=np.uint8)
+    params = AugmentParams()
+    start = time.perf_counter()
+    for seed in range(n):
+        augment(image, params, torch.Generator().manual_seed(seed))
+    return n / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default="default")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--classes", type=int, default=17, help="head size (the synthetic corpus has 17)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    params = config.load_profile(args.profile)
+    size = int(params["image"]["size"])
+    print(f"profile {args.profile}: {size}x{size} px, {args.threads} thread(s), torch {torch.__version__}")
+    reference = train.resolve_config(params["training"], "reference")
+    for kind in train.MODELS:
+        cfg = train.resolve_config(params["training"], kind)
+        teacher = reference["arch"] if kind == "compact" and cfg["distill"]["enabled"] else None
+        rates = {cl: step_rate(cfg["arch"], args.classes, size, int(cfg["batch_size"]), args.steps, cl, teacher,
+                               cfg["distill"]) for cl in (False, True)}
+        print(f"{kind:9s} {cfg['arch']:24s} batch {cfg['batch_size']:3d}"
+              f"{' + teacher ' + teacher if teacher else ''}: {rates[True]:7.1f} img/s channels-last, "
+              f"{rates[False]:7.1f} img/s NCHW (ratio {rates[True] / rates[False]:.2f})")
+    torch.set_num_threads(1)
+    print(f"augmentation pipeline alone: {augment_rate(size):7.1f} img/s on one thread")
+
+
+if __name__ == "__main__":
+    main()
