@@ -65,6 +65,8 @@ def execute_chapter(spec: ChapterSpec, ctx: RunContext, book_dir: Path) -> Path:
         raise ChapterFailed(f"chapter '{spec.name}': notebook {source} is missing")
     book_dir.mkdir(parents=True, exist_ok=True)
     parameters = {"run_dir": str(ctx.run_dir), "profile": ctx.profile, "data": ctx.data}
+    # The runner prints one progress line per chapter; bars inside a kernel would only clutter the book.
+    os.environ.setdefault("TQDM_DISABLE", "1")
     try:
         papermill.execute_notebook(
             str(source), str(target), parameters=parameters, kernel_name="python3",

@@ -239,7 +239,7 @@ def extract_pixel_features(paths: Sequence[str | os.PathLike], settings: PixelSe
     Returns one 2-D array per name in :data:`PIXEL_SETS`, rows in ``paths`` order.
     """
     from joblib import Parallel, delayed
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     paths = [os.fspath(p) for p in paths]
     missing = [p for p in paths if not Path(p).is_file()]
@@ -384,7 +384,7 @@ def extract_backbone_features(paths: Sequence[str | os.PathLike], choice: Backbo
     """Pooled features of the frozen backbone for every image (GPU when one is present)."""
     import torch
     from torch.utils.data import DataLoader
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     model = load_backbone(choice)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -237,15 +237,9 @@ def test_tomato_corpus(tomato_root, tmp_path):
 
 
 @pytest.mark.slow
-def test_notebook_runs_headless_on_synthetic(tmp_path):
-    papermill = pytest.importorskip("papermill")
-    run_dir = tmp_path / "run"
-    out = tmp_path / "01_corpus.ipynb"
-    papermill.execute_notebook(
-        str(REPO / "notebooks/01_corpus.ipynb"), str(out), kernel_name="python3", cwd=str(REPO),
-        parameters={"run_dir": str(run_dir), "profile": "smoke", "data": "synthetic"},
-        progress_bar=False,
-    )
+def test_notebook_runs_headless_on_synthetic(smoke_book):
+    run_dir = Path(smoke_book["run_dir"])
+    out = smoke_book["book_root"] / "book" / "01_corpus.ipynb"
     record = json.loads((run_dir / "corpus/corpus.json").read_text())
     assert record["figures"]["planted_check"]["all_match"] is True
     text = out.read_text()

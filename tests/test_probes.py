@@ -354,20 +354,9 @@ def test_plot_probe_summary(chapter_run):
 
 # --------------------------------------------------------------------------- the notebook
 @pytest.mark.slow
-def test_notebook_runs_headless(tmp_path):
-    papermill = pytest.importorskip("papermill")
-    from cropcop_utils import audit, corpus, split  # the upstream chapters build the synthetic corpus
-
-    root = Path(__file__).resolve().parents[1]
-    run_dir = tmp_path / "run"
-    ctx = config.open_run(run_dir, profile="smoke")
-    corpus.run_chapter(ctx)
-    audit.run_chapter(ctx)
-    split.run_chapter(ctx)
-    out = tmp_path / "04_probes.ipynb"
-    papermill.execute_notebook(str(root / "notebooks/04_probes.ipynb"), str(out), cwd=str(root),
-                               parameters={"run_dir": str(run_dir), "profile": "smoke", "data": "synthetic"},
-                               kernel_name="python3", progress_bar=False)
+def test_notebook_runs_headless(smoke_book):
+    run_dir = Path(smoke_book["run_dir"])
+    out = smoke_book["book_root"] / "book" / "04_probes.ipynb"
     record = json.loads((run_dir / "probes/probes.json").read_text())
     planted = record["planted"]
     assert planted is not None and all(planted["class_cue_above_chance"][n] for n in ("metadata", "border"))

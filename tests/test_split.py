@@ -385,19 +385,9 @@ def test_plot_split_support(frozen):
 
 # --------------------------------------------------------------------------- the notebook
 @pytest.mark.slow
-def test_notebook_runs_headless(tmp_path):
-    papermill = pytest.importorskip("papermill")
-    root = Path(__file__).resolve().parents[1]
-    out = tmp_path / "03_split.ipynb"
-    run_dir = tmp_path / "run"
-    ctx = config.open_run(run_dir, profile="smoke")
-    from cropcop_utils import audit, corpus  # the upstream chapters build the synthetic corpus
-
-    corpus.run_chapter(ctx, progress=False)
-    audit.run_chapter(ctx, progress=False)
-    papermill.execute_notebook(str(root / "notebooks/03_split.ipynb"), str(out), cwd=str(root),
-                               parameters={"run_dir": str(run_dir), "profile": "smoke", "data": "synthetic"},
-                               kernel_name="python3", progress_bar=False)
+def test_notebook_runs_headless(smoke_book):
+    run_dir = Path(smoke_book["run_dir"])
+    out = smoke_book["book_root"] / "book" / "03_split.ipynb"
     record = json.loads((run_dir / "split/split.json").read_text())
     assert record["crossings"]["ok"] and sum(record["totals"].values()) == record["rows_split"]
     # The generator's single-image class never reaches the split's class map.
