@@ -8,9 +8,10 @@ Relationships between admitted images, strongest first:
 * ``near`` — candidate-then-verify.  64-bit pHash (and dHash as a second opinion, both ``imagehash``)
   propose pairs: every pair within ``audit.table_radius`` (the exact all-pairs search of
   :mod:`cropcop_utils.hamming`), capped at ``audit.max_neighbours`` nearest partners per image (by
-  pHash, then dHash) so uniform backdrops cannot flood the verifier.  :mod:`cropcop_utils.verifier` then scores
-  each candidate with a registered, subject-weighted SSIM; only pairs within ``audit.phash_radius``
-  whose score reaches ``audit.verify_threshold`` are *trusted*.  Both scores are recorded either way.
+  pHash, then dHash) so uniform backdrops cannot flood the verifier.  :mod:`cropcop_utils.verifier`
+  then scores each candidate with a registered, subject-weighted SSIM; only pairs within
+  ``audit.phash_radius`` whose score reaches ``audit.verify_threshold`` are *trusted*.  Both scores are
+  recorded either way.
 
 A pair is recorded once, with its strongest kind.  Near candidates are searched between distinct pixel
 contents only (a byte copy adds no information) and expanded back to every file holding them.
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from . import hamming, imaging, verifier
 from .evidence import Chapter, sha256_bytes

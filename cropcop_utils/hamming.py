@@ -14,9 +14,10 @@ Two exact methods that return the same pair set (a test holds them to it):
   XOR-popcount.  Work grows with the number of masks and candidates, not with N².
 
 Why not a library: faiss's ``IndexBinaryMultiHash`` does the same search but probes a hash map once
-per query and flip mask (measured about 10x slower than this vectorised form on 200,000 random codes
-at radius 10); ``IndexBinaryFlat.range_search`` is brute force.  scikit-learn's ``BallTree`` does not
-accept a bit-packed Hamming metric.
+per query and flip mask (on this project's 2-core machine ~1.3 ms per query against 200,000 random
+codes at radius 10, i.e. over 20 minutes for a million queries, against about a minute here);
+``IndexBinaryFlat.range_search`` is brute force (~1e9 comparisons/s per core, so ~4 minutes of two
+cores for a million codes).  scikit-learn's ``BallTree`` does not accept a bit-packed Hamming metric.
 
 Each unordered pair is produced exactly once: for a mask ``m != 0`` only the code on the side where the
 mask's highest bit is clear asks (the other side would find the same bucket pair), for ``m == 0`` only

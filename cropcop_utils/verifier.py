@@ -242,7 +242,7 @@ def verify_pairs(
     """
     from concurrent.futures import ProcessPoolExecutor
 
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     grey = np.asarray(grey)
     weight = np.asarray(weight)

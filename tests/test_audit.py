@@ -285,19 +285,13 @@ def test_settings_are_validated() -> None:
 
 # --------------------------------------------------------------------------- whole chapter
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """Corpus chapter on the smoke synthetic corpus, then the audit notebook executed headless."""
-    pytest.importorskip("papermill")
-    from cropcop_utils import config, corpus
-    from cropcop_utils.book import CHAPTERS, REPO_ROOT, execute_chapter
+def smoke_run(smoke_book):
+    """The audit chapter as executed headless in the shared smoke book."""
+    from cropcop_utils import config
 
-    run_dir = tmp_path_factory.mktemp("audit_smoke") / "run"
-    ctx = config.open_run(run_dir, profile="smoke", data="synthetic")
-    corpus.run_chapter(ctx, progress=False)
-    spec = next(c for c in CHAPTERS if c.name == "audit")
-    notebook = execute_chapter(spec, ctx, tmp_path_factory.mktemp("audit_book"))
-    assert REPO_ROOT == REPO
-    return ctx, notebook, json.loads((run_dir / "audit" / "audit.json").read_text())
+    ctx = config.reopen_run(smoke_book["run_dir"])
+    notebook = smoke_book["book_root"] / "book" / "02_audit.ipynb"
+    return ctx, notebook, json.loads((ctx.run_dir / "audit" / "audit.json").read_text())
 
 
 @pytest.mark.slow
