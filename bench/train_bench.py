@@ -4,7 +4,7 @@ Measures the model side of the loop (forward, loss, backward, AdamW step; the co
 teacher's forward pass when the profile distils) on random inputs at the profile's image size and batch
 size, with channels-last on and off, plus the augmentation pipeline alone (one thread, no model).
 
-    .venv/bin/python bench/train_bench.py [--profile default] [--steps 8] [--threads 2]
+    .venv/bin/python bench/train_bench.py [--profile default] [--steps 8] [--threads N]
 """
 
 from __future__ import annotations
@@ -60,19 +60,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="default")
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="default: the profile's training.threads")
     parser.add_argument("--classes", type=int, default=17, help="head size (the synthetic corpus has 17)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     params = config.load_profile(args.profile)
+    threads = args.threads or int(params["training"].get("threads") or 0) or torch.get_num_threads()
+    torch.set_num_threads(threads)
     size = int(params["image"]["size"])
-    print(f"profile {args.profile}: {size}x{size} px, {args.threads} thread(s), torch {torch.__version__}")
+    print(f"profile {args.profile}: {size}x{size} px, {threads} thread(s), torch {torch.__version__}")
     reference = train.resolve_config(params["training"], "reference")
     for kind in train.MODELS:
         cfg = train.resolve_config(params["training"], kind)
         teacher = reference["arch"] if kind == "compact" and cfg["distill"]["enabled"] else None
-        rates = {cl: step_rate(cfg["arch"], args.classes, size, int(cfg["batch_size"]), args.steps, cl, teacher,
-                               cfg["distill"]) for cl in (False, True)}
+        rates = {cl: step_rate(cfg["arch"], args.classes, size, int(cfg["batch_size"]), args.steps, cl,
+                               teacher, cfg["distill"]) for cl in (False, True)}
         print(f"{kind:9s} {cfg['arch']:24s} batch {cfg['batch_size']:3d}"
               f"{' + teacher ' + teacher if teacher else ''}: {rates[True]:7.1f} img/s channels-last, "
               f"{rates[False]:7.1f} img/s NCHW (ratio {rates[True] / rates[False]:.2f})")

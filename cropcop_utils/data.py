@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import Dataset, Sampler
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from . import imaging
 from .augment import AugmentParams, augment, to_hwc

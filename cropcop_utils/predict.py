@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .data import EvalImages
 from .imaging import ImageSpec

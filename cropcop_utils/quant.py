@@ -267,6 +267,10 @@ def serialise(graph: torch.nn.Module, example: torch.Tensor, max_batch: int) -> 
 
 def load_program(data: bytes) -> Any:
     """An ``ExportedProgram`` from ``torch.export.save`` bytes (the registered ``ptq/selected.pt2``)."""
+    # The graph calls quantized_decomposed.* ops; importing the PT2E module registers them, without
+    # which a fresh process (chapter 7's kernel) cannot deserialise the file.
+    import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
+
     return torch.export.load(io.BytesIO(data))
 
 
@@ -437,7 +441,7 @@ def aligned(reference: pd.DataFrame, other: pd.DataFrame, what: str) -> pd.DataF
 def image_batches(rows: pd.DataFrame, corpus_root: Any, spec: Any, batch_size: int,
                   progress: bool = False, desc: str = "images") -> Iterator[torch.Tensor]:
     """Calibration batches: the rows' images under the loading contract (``data.EvalImages``), in order."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     from .data import EvalImages
 

@@ -69,7 +69,13 @@ def lower(program: Any) -> tuple[bytes, pd.DataFrame, dict[str, int]]:
     from executorch.devtools.backend_debug import get_delegation_info
     from executorch.exir import to_edge_transform_and_lower
 
-    edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+    # Lowering re-traces the graph with fake tensors, and the fake conv asks which CPU backend eager
+    # PyTorch would pick; the mkldnn and NNPACK heuristics test "batch >= 16", which guards the dynamic
+    # batch to <= 15 in the program (a "bounded tensor" resize error at run time).  XNNPACK runs these
+    # convs, not those backends, so they are switched off while lowering.
+    with torch.backends.mkldnn.flags(enabled=False), torch.backends.nnpack.flags(enabled=False):
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        buffer = bytes(edge.to_executorch().buffer)
     info = get_delegation_info(edge.exported_program().graph_module)
     table = info.get_operator_delegation_dataframe().rename(columns={
         "op_type": "op", "occurrences_in_delegated_graphs": "delegated",
@@ -78,7 +84,7 @@ def lower(program: Any) -> tuple[bytes, pd.DataFrame, dict[str, int]]:
     summary = {"delegated_subgraphs": int(info.num_delegated_subgraphs),
                "delegated_nodes": int(info.num_delegated_nodes),
                "non_delegated_nodes": int(info.num_non_delegated_nodes)}
-    return bytes(edge.to_executorch().buffer), table.reset_index(drop=True), summary
+    return buffer, table.reset_index(drop=True), summary
 
 
 def state_dict_bytes(state_dict: dict[str, torch.Tensor]) -> bytes:
@@ -111,6 +117,11 @@ class PteForward:
         self.method = self.program.load_method("forward")
         if self.method is None:
             raise PteIntegrityError(f"the program {sha256[:16]}… has no 'forward' method")
+
+    @property
+    def max_batch(self) -> int:
+        """The largest batch the program accepts: the upper bound its input was planned for."""
+        return int(self.program.metadata("forward").input_tensor_meta(0).sizes()[0])
 
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         return self.method.execute([batch.contiguous()])[0]
@@ -339,6 +350,21 @@ def runtime_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
     return params
 
 
+def chapter_latency(ch: Chapter, params: dict[str, Any], image_size: int, pte_sha: str,
+                    state: dict[str, Any], state_blob: bytes) -> pd.DataFrame:
+    """The chapter's .pte against the eager float model (its state_dict in a scratch file)."""
+    common = {"image_size": image_size, "warmup": int(params["latency_warmup"]),
+              "runs": int(params["latency_runs"]), "threads": int(params["threads"]),
+              "seed": int(params["latency_seed"])}
+    with tempfile.TemporaryDirectory(dir=ch.folder) as scratch:
+        state_path = Path(scratch) / "float_state.pt"
+        state_path.write_bytes(state_blob)
+        return compare_latency(
+            {**common, "kind": "pte", "path": str(ch.path(PTE)), "sha256": pte_sha},
+            {**common, "kind": "eager", "arch": state["arch"], "num_classes": int(state["num_classes"]),
+             "state_path": str(state_path)}, float(params["latency_timeout_s"]))
+
+
 def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     """Lower the selected graph, execute the .pte from disk on the locked test, audit it, time it."""
     from . import checkpoint, predict, quant
@@ -349,7 +375,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     frozen = load_frozen(ch)
     ptq_record = ch.read_json("ptq/ptq.json")
     selected = ptq_record["selected_graph"]
-    program = torch.export.load(ch.verify(quant.SELECTED, selected["sha256"]))
+    program = quant.load_program(ch.verify(quant.SELECTED, selected["sha256"]).read_bytes())
     data, delegation, delegation_summary = lower(program)
     atomic_write_bytes(ch.path(PTE), data)
     pte_sha = ch.record_output(PTE)
@@ -359,7 +385,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     size = size_record(len(data), len(state_blob))
 
     forward = load_verified_pte(ctx.run_dir, PTE)
-    batch_size = min(int(params["batch_size"]), int(selected["max_batch"]))
+    batch_size = min(int(params["batch_size"]), forward.max_batch)
     cfg = predict.PredictConfig.from_ctx(ctx, batch_size=batch_size, progress=bool(params.get("progress")))
     pte_test, access = quant.score_locked_test(ch, forward, pte_sha, "runtime", cfg,
                                               bool(params.get("test_override", False)),
@@ -385,16 +411,8 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
 
     latency, ratios = None, {}
     if params["measure_latency"]:
-        common = {"image_size": int(ptq_record["compact"]["image_size"]),
-                  "warmup": int(params["latency_warmup"]), "runs": int(params["latency_runs"]),
-                  "threads": int(params["threads"]), "seed": int(params["latency_seed"])}
-        with tempfile.TemporaryDirectory(dir=ch.folder) as scratch:
-            state_path = Path(scratch) / "float_state.pt"
-            state_path.write_bytes(state_blob)
-            latency = compare_latency(
-                {**common, "kind": "pte", "path": str(ch.path(PTE)), "sha256": pte_sha},
-                {**common, "kind": "eager", "arch": state["arch"], "num_classes": int(state["num_classes"]),
-                 "state_path": str(state_path)}, float(params["latency_timeout_s"]))
+        latency = chapter_latency(ch, params, int(ptq_record["compact"]["image_size"]), pte_sha, state,
+                                  state_blob)
         ratios = latency_ratios(latency)
         ch.write_parquet("runtime/latency.parquet", latency)
         ch.save_figure(plot_latency(latency), "runtime/latency.png")
@@ -411,6 +429,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     return ch.finish(
         figures=figures, pte={"path": PTE, "sha256": pte_sha, **size}, delegation=delegation_summary,
         selected_graph=selected, selected_candidate=ptq_record["selected"], batch_size=batch_size,
+        pte_max_batch=forward.max_batch,
         test=test, latency=None if latency is None else latency.to_dict("records"), latency_ratios=ratios,
         host={"cpu_count": os.cpu_count(), "platform": sys.platform, "torch": torch.__version__},
     )

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageOps
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .config import RunContext
 from .evidence import atomic_write_json, sha256_bytes, sha256_json

@@ -110,8 +110,9 @@ def _finished(last: Path) -> bool:
 # --------------------------------------------------------------------------- one model
 def train_model(ctx: RunContext, kind: str, frozen: Any = None, progress: bool = True) -> dict[str, Any]:
     """Train (or resume, or confirm finished) one model; returns the trainer's summary."""
+    from .distributed import DistEnv, init_distributed
     from .split import load_frozen
-    from .trainer import DistEnv, Job, Trainer, init_distributed
+    from .trainer import Job, Trainer
 
     config = resolve_config(ctx.section("training"), kind)
     if frozen is None:
@@ -144,7 +145,7 @@ def _cuda() -> bool:
 
 # --------------------------------------------------------------------------- evaluation records
 def score_model(ctx: RunContext, ch: Chapter, frozen: Any, kind: str, config: dict[str, Any],
-                progress: bool = True) -> dict[str, Any]:
+                progress: bool = False) -> dict[str, Any]:
     """Val and (once per checkpoint) test predictions of a model's best checkpoint; returns the scores."""
     from .models import create_model
     from .predict import PredictConfig, predict, same_state, score
@@ -210,7 +211,7 @@ def run_chapter(ctx: RunContext, progress: bool = True) -> dict[str, Any]:
     for kind in MODELS:
         config = resolve_config(ctx.section("training"), kind)
         summary = train_model(ctx, kind, frozen=frozen, progress=progress)
-        models[kind] = model_record(summary, score_model(ctx, ch, frozen, kind, config, progress), config)
+        models[kind] = model_record(summary, score_model(ctx, ch, frozen, kind, config), config)
     if models["compact"]["teacher"]:
         ch.inputs[f"{FOLDER}/reference/best.pt"] = models["compact"]["teacher"]["checkpoint_sha256"]
     fig = plot_history(load_histories(ctx.run_dir))
@@ -245,8 +246,8 @@ def plot_history(histories: dict[str, pd.DataFrame]) -> Any:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    panels = (("train_loss", "training loss"), ("val_acc", "validation accuracy"),
-              ("val_macro_f1", "validation macro-F1"))
+    panels = (("train_loss", "training loss (compact: with distillation)"),
+              ("val_acc", "validation accuracy"), ("val_macro_f1", "validation macro-F1"))
     for kind, frame in histories.items():
         for ax, (column, title) in zip(axes, panels, strict=True):
             line, = ax.plot(frame["epoch"], frame[column], marker="o", label=kind)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import time
 from dataclasses import dataclass, field
@@ -29,11 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Subset
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from . import checkpoint as ckpt
 from .augment import AugmentParams
 from .data import EpochBatches, EvalImages, TrainImages, _mix, balanced_weights
+from .distributed import DistEnv, barrier, gather
 from .evidence import atomic_write_parquet
 from .imaging import ImageSpec
 from .models import count_params, create_model, distillation_loss, weights_source
@@ -41,52 +43,6 @@ from .predict import val_scores
 
 KILL_ENV = "CROPCOP_KILL_AFTER_STEP"  # test hook: SIGKILL this process right after that optimiser step
 MODEL_FORMAT = "cropcop-model-v1"
-
-
-# --------------------------------------------------------------------------- distributed
-@dataclass(frozen=True)
-class DistEnv:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed(device_type: str) -> DistEnv:
-    """Join the process group ``torchrun`` describes in the environment; a no-op for one process."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return DistEnv()
-    import torch.distributed as dist
-
-    env = DistEnv(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
-    if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-    return env
-
-
-def _gather(obj: Any, env: DistEnv) -> list[Any]:
-    if not env.enabled:
-        return [obj]
-    import torch.distributed as dist
-
-    out: list[Any] = [None] * env.world_size
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def _barrier(env: DistEnv) -> None:
-    if env.enabled:
-        import torch.distributed as dist
-
-        dist.barrier()
 
 
 # --------------------------------------------------------------------------- the job
@@ -163,6 +119,7 @@ class Trainer:
         seed = int(self.cfg["seed"])
         torch.manual_seed(seed)  # model init: identical on every rank (DDP also broadcasts rank 0's)
         np.random.seed(seed % 2**32)
+        random.seed(seed)
 
         self.model = self._new_model(self.cfg["arch"], self.cfg.get("weights"),
                                      self.cfg.get("pretrained_tag"), train=True)
@@ -238,7 +195,7 @@ class Trainer:
 
     # ---- checkpoints
     def _state(self) -> dict[str, Any]:
-        rng = _gather(ckpt.capture_rng(), self.env)  # every rank's streams, in rank order
+        rng = gather(ckpt.capture_rng(), self.env)  # every rank's streams, in rank order
         return {
             "format": ckpt.FORMAT, "kind": self.job.kind, "model": self.model.state_dict(),
             "ema": self.ema.module.state_dict() if self.ema else None,
@@ -265,7 +222,7 @@ class Trainer:
         state = self._state()  # collective (RNG gather): every rank calls it
         if self.env.is_main:
             ckpt.save(self.last_path, state)
-        _barrier(self.env)
+        barrier(self.env)
 
     def resume(self) -> bool:
         """Load ``last.pt`` when it exists; refuse (ResumeMismatch) when it is not this run's."""
@@ -326,7 +283,7 @@ class Trainer:
             indices.append(index)
         part = (torch.cat(indices) if indices else torch.empty(0, dtype=torch.long),
                 torch.cat(logits) if logits else torch.empty(0, self.job.num_classes))
-        gathered = _gather(part, self.env)
+        gathered = gather(part, self.env)
         order = torch.cat([g[0] for g in gathered])
         all_logits = torch.cat([g[1] for g in gathered])[order.argsort()]
         model.train(was_training)
@@ -378,8 +335,8 @@ class Trainer:
         if self.progress["finished"]:
             return self.summary()
         self._clock = time.perf_counter()
-        self.train_set.squares.fill(self.job.progress and self.env.is_main, f"{self.job.kind}: decode train")
-        self.val_set.squares.fill(self.job.progress and self.env.is_main, f"{self.job.kind}: decode val")
+        self.train_set.squares.fill()
+        self.val_set.squares.fill()
         ddp_model = self.model
         if self.env.enabled:
             from torch.nn.parallel import DistributedDataParallel
@@ -388,23 +345,25 @@ class Trainer:
                                                 if self.device.type == "cuda" else None)
         self.model.train()
         epochs = int(self.cfg["epochs"])
+        # One bar per model over all its steps: a few lines in a notebook, not one per batch and epoch.
+        bar = tqdm(total=epochs * self.steps_per_epoch, initial=self.progress["global_step"],
+                   desc=f"{self.job.kind} ({self.cfg['arch']})", unit="step", mininterval=30.0,
+                   disable=not (self.job.progress and self.env.is_main))
         while self.progress["epoch"] < epochs:
-            self._train_epoch(ddp_model, epochs)
+            self._train_epoch(ddp_model, epochs, bar)
+        bar.close()
         return self.summary()
 
-    def _train_epoch(self, ddp_model: nn.Module, epochs: int) -> None:
+    def _train_epoch(self, ddp_model: nn.Module, epochs: int, bar: tqdm) -> None:
         p = self.progress
         epoch, start = p["epoch"], p["batch"]
         batches = self._batches(epoch, start)
         p["epoch_seed"] = batches.order_seed
         loader = DataLoader(self.train_set, batch_sampler=batches, num_workers=int(self.cfg["workers"]),
                             generator=torch.Generator(), pin_memory=self.device.type == "cuda")
-        bar = tqdm(loader, total=batches.steps, initial=start, leave=False,
-                   desc=f"{self.job.kind} epoch {epoch + 1}/{epochs}",
-                   disable=not (self.job.progress and self.env.is_main))
         every = int(self.cfg.get("checkpoint_every") or 0)
         last = time.perf_counter()
-        for index, (images, labels) in enumerate(bar, start=start):
+        for index, (images, labels) in enumerate(loader, start=start):
             loss = self._step(images, labels, ddp_model)
             # Time spent loading and stepping (not checkpointing), carried across resumes in progress.
             now = time.perf_counter()
@@ -414,18 +373,18 @@ class Trainer:
             p["epoch_images"] += len(labels)
             p["images_seen"] += len(labels) * self.env.world_size
             p["batch"] = index + 1
-            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+            bar.update()
+            bar.set_postfix(epoch=f"{epoch + 1}/{epochs}", loss=f"{loss:.3f}", refresh=False)
             if every and p["global_step"] % every == 0 and p["batch"] < batches.steps:
                 self.save_last()
             if self.kill_after and p["global_step"] == self.kill_after:
                 os.kill(os.getpid(), signal.SIGKILL)
             last = time.perf_counter()
-        bar.close()
         self._end_epoch(epoch, epochs, p.get("epoch_seconds", 0.0))
 
     def _end_epoch(self, epoch: int, epochs: int, seconds: float) -> None:
         p = self.progress
-        totals = _gather((p["epoch_loss_sum"], p["epoch_images"]), self.env)
+        totals = gather((p["epoch_loss_sum"], p["epoch_images"]), self.env)
         train_loss = sum(t[0] for t in totals) / max(1, sum(t[1] for t in totals))
         raw = self.evaluate(self.model)
         ema = self.evaluate(self.ema.module) if self.ema is not None else None

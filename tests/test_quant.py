@@ -372,6 +372,21 @@ def test_rerun_reuses_the_test_record_instead_of_reading_test_again(ptq_run, tmp
         quant.score_locked_test(ch, quant._callable(program), sha, "ptq", cfg, False, None, quant.TEST_RECORD)
 
 
+@pytest.mark.slow
+def test_the_selected_graph_loads_in_a_fresh_process(ptq_run):
+    import subprocess
+    import sys
+
+    run, record, _ = ptq_run
+    code = ("import sys, torch; from cropcop_utils import quant; "
+            "p = quant.load_program(open(sys.argv[1], 'rb').read()).module(); "
+            "print(tuple(p(torch.zeros(3, 3, 32, 32)).shape))")
+    done = subprocess.run([sys.executable, "-c", code, str(run.run_dir / quant.SELECTED)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "(3, 3)"
+
+
 def test_chapter_options_cannot_redeclare_candidates(tmp_path):
     ctx = config.open_run(tmp_path / "run", profile="smoke")
     with pytest.raises(quant.PTQConfigError, match="declared in the profile"):
@@ -384,3 +399,13 @@ def test_plot_gate_draws_every_candidate():
     fig = quant.plot_gate(table, GATE, "a")
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts == ["a (selected)", "b"]
+
+
+@pytest.mark.slow
+def test_notebook_runs_headless(smoke_book):
+    run_dir = Path(smoke_book["run_dir"])
+    record = json.loads((run_dir / "ptq/ptq.json").read_text())
+    assert record["selected"] in {c["candidate"] for c in record["candidates"]} and record["reason"]
+    assert evidence.verify_artifact(run_dir, quant.SELECTED) == record["selected_graph"]["sha256"]
+    text = (smoke_book["book_root"] / "book" / "06_ptq.ipynb").read_text()
+    assert "Traceback" not in text and "Selected:" in text

@@ -104,8 +104,10 @@ def test_the_pte_computes_what_the_int8_graph_computes_at_any_batch(runtime_run)
     run, _, _ = runtime_run
     forward = runtime.load_verified_pte(run.run_dir)
     program = quant.load_program((run.run_dir / quant.SELECTED).read_bytes()).module()
-    x = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(1))
-    for batch in (x[:1], x):
+    # The program keeps the exported batch bound (ptq.max_batch = 16 here), batch 1 included.
+    assert forward.max_batch == 16
+    x = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    for batch in (x[:1], x[:5], x):
         out, want = forward(batch), program(batch)
         assert out.shape == want.shape
         # XNNPACK's int8 kernels round differently from the reference decomposition, only slightly.
@@ -141,3 +143,15 @@ def test_latency_ratios_and_plot():
     fig = runtime.plot_latency(table)
     assert len(fig.axes) == 2
     assert np.allclose([p.get_width() for p in fig.axes[1].patches], [10.0, 40.0])
+
+
+@pytest.mark.slow
+def test_notebook_runs_headless(smoke_book):
+    from pathlib import Path
+
+    run_dir = Path(smoke_book["run_dir"])
+    record = json.loads((run_dir / "runtime/runtime.json").read_text())
+    assert evidence.verify_artifact(run_dir, runtime.PTE) == record["pte"]["sha256"]
+    assert record["test"]["rows"] == len(pd.read_parquet(run_dir / runtime.TEST_RECORD))
+    text = (smoke_book["book_root"] / "book" / "07_runtime.ipynb").read_text()
+    assert "Traceback" not in text and "rows decided differently" in text
