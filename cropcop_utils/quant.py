@@ -40,6 +40,7 @@ SELECTION_RULE = ("gate passed first; then higher validation macro-F1; a macro-F
                   "effective calibration rows, then to the earlier declared candidate")
 # Macro-F1 values are compared at this many decimals, so float noise never breaks a true tie.
 TIE_DECIMALS = 12
+MIN_MAX_BATCH = 4  # a dynamic batch bound of 2 (the export example) lowers to a program fixed at 2
 DEFAULTS: dict[str, Any] = {"calibration_seed": 0, "batch_size": 32, "max_batch": 64, "bootstrap": 1000,
                             "seed": 0, "ci_level": 0.95, "require_pass": False}
 
@@ -501,6 +502,9 @@ def ptq_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
         raise PTQConfigError(f"ptq.run_chapter options {sorted(unknown)} are not accepted: candidates, gate "
                              f"and calibration are declared in the profile; options are {sorted(_OPTIONS)}")
     params = {**DEFAULTS, **section, **options}
+    if int(params["max_batch"]) < MIN_MAX_BATCH:
+        raise PTQConfigError(f"ptq.max_batch {params['max_batch']} < {MIN_MAX_BATCH}: with a bound this "
+                             "close to the export example (2 rows) the lowered program fixes its batch size")
     if not 1 <= int(params["batch_size"]) <= int(params["max_batch"]):
         raise PTQConfigError(f"ptq.batch_size {params['batch_size']} must lie in 1..max_batch "
                              f"({params['max_batch']})")

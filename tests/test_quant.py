@@ -392,6 +392,10 @@ def test_chapter_options_cannot_redeclare_candidates(tmp_path):
     with pytest.raises(quant.PTQConfigError, match="declared in the profile"):
         quant.ptq_params(ctx, candidates=[])
     assert quant.ptq_params(ctx)["max_batch"] >= quant.ptq_params(ctx)["batch_size"]
+    for ptq in ({"max_batch": 2, "batch_size": 2}, {"max_batch": 8, "batch_size": 16}):
+        small = config.open_run(tmp_path / f"run_{ptq['max_batch']}", profile="smoke", overrides={"ptq": ptq})
+        with pytest.raises(quant.PTQConfigError, match="max_batch"):
+            quant.ptq_params(small)
 
 
 def test_plot_gate_draws_every_candidate():
