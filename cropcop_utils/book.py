@@ -7,39 +7,18 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .chain import CHAPTERS, ChapterSpec
 from .config import SYNTHETIC, RunContext, open_run
 from .evidence import atomic_write_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 RUN_TOC_NAME = "_toc.run.yml"
-
-
-@dataclass(frozen=True)
-class ChapterSpec:
-    name: str
-    notebook: str
-    title: str
-
-
-# The chain, in order.  `_toc.yml` lists the same notebooks (a test keeps the two in step).
-CHAPTERS: tuple[ChapterSpec, ...] = (
-    ChapterSpec("corpus", "01_corpus", "Corpus"),
-    ChapterSpec("audit", "02_audit", "Audit"),
-    ChapterSpec("split", "03_split", "Split"),
-    ChapterSpec("probes", "04_probes", "Probes"),
-    ChapterSpec("training", "05_training", "Training"),
-    ChapterSpec("ptq", "06_ptq", "Post-training quantisation"),
-    ChapterSpec("runtime", "07_runtime", "Runtime"),
-    ChapterSpec("per_class", "08_per_class", "Per-class analysis"),
-    ChapterSpec("fruit_slice", "09_fruit_slice", "Fruit-label slice"),
-)
 
 
 class ChapterFailed(RuntimeError):
@@ -58,6 +37,7 @@ def chapters_until(until: str | None) -> list[ChapterSpec]:
 def execute_chapter(spec: ChapterSpec, ctx: RunContext, book_dir: Path) -> Path:
     """Run one chapter notebook headless; returns the executed notebook's path."""
     import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     source = NOTEBOOKS_DIR / f"{spec.notebook}.ipynb"
     target = book_dir / f"{spec.notebook}.ipynb"
@@ -67,15 +47,24 @@ def execute_chapter(spec: ChapterSpec, ctx: RunContext, book_dir: Path) -> Path:
     parameters = {"run_dir": str(ctx.run_dir), "profile": ctx.profile, "data": ctx.data}
     # The runner prints one progress line per chapter; bars inside a kernel would only clutter the book.
     os.environ.setdefault("TQDM_DISABLE", "1")
+    limits = ctx.params.get("book", {})
     try:
         papermill.execute_notebook(
             str(source), str(target), parameters=parameters, kernel_name="python3",
             cwd=str(REPO_ROOT), progress_bar=False, log_output=False,
+            # A hung kernel must fail its chapter, not stall a headless run until CI gives up.
+            execution_timeout=limits.get("cell_timeout_s"),
+            start_timeout=int(limits.get("start_timeout_s") or 120),
         )
     except papermill.PapermillExecutionError as error:
         raise ChapterFailed(
             f"chapter '{spec.name}' failed: {error.ename}: {error.evalue}\n"
             f"  partly executed notebook: {target}"
+        ) from None
+    except (CellTimeoutError, DeadKernelError, RuntimeError) as error:
+        raise ChapterFailed(
+            f"chapter '{spec.name}' stopped: {type(error).__name__}: {error}\n"
+            f"  (book.cell_timeout_s = {limits.get('cell_timeout_s')}); partly executed notebook: {target}"
         ) from None
     fold_code_cells(target)
     return target

@@ -1,8 +1,9 @@
 """The error explorer's logic: pick a class, see its confusion row and its misclassified test images.
 
-Everything here returns DataFrames or matplotlib Figures so it is testable without widgets;
-``notebooks/explore_errors.ipynb`` wires an ipywidgets Dropdown to :func:`render`.  It opens a finished
-run folder read-only (``config.reopen_run``) and verifies every file it reads against the registry.
+Everything but :func:`browser` returns DataFrames or matplotlib Figures, testable without widgets;
+``notebooks/explore_errors.ipynb`` shows :func:`render` statically, then :func:`browser` for a live
+kernel.  It opens a finished run folder read-only (``config.reopen_run``) and verifies every file it
+reads against the registry.
 """
 
 from __future__ import annotations
@@ -135,18 +136,49 @@ def plot_thumbnails(data: ExplorerData, errors: pd.DataFrame, state: str = "pte"
     return fig
 
 
+def headline(data: ExplorerData, label: int, errors: pd.DataFrame, state: str) -> str:
+    return (f"**{data.name(label)}**: {len(errors)} test rows misclassified by the "
+            f"{analysis.STATE_LABELS[state]}; thumbnails show its predicted label and margin, then "
+            "the other states' predictions.")
+
+
 def render(data: ExplorerData, label: int, state: str = "pte", max_images: int = 12) -> None:
     """Display one class's view in the notebook (headline, scores, confusion row, thumbnails)."""
     from IPython.display import Image, Markdown, display
 
     errors = misclassified(data, label, state)
-    display(Markdown(f"**{data.name(label)}**: {len(errors)} test rows misclassified by the "
-                     f"{analysis.STATE_LABELS[state]}; thumbnails show its predicted label and margin, then "
-                     "the other states' predictions."))
+    display(Markdown(headline(data, label, errors, state)))
     display(class_scores(data, label).round(3))
     display(confusion_row(data, label))
     # PNG bytes, not the Figure: a kernel on the Agg backend has no figure formatter registered
     display(Image(data=figure_png(plot_thumbnails(data, errors, state, max_images))))
+
+
+def browser(data: ExplorerData, state: str = "pte", max_images: int = 12):
+    """A class picker above the class's view, for a live kernel (returns an ipywidgets ``VBox``).
+
+    The view is built from value widgets (HTML, Image) whose values the picker replaces.  An ``Output``
+    widget would be simpler, but a headless nbclient run routes captured output back to the kernel and
+    can wait forever on it (seen here under papermill); value updates need no reply.
+    """
+    import ipywidgets as widgets
+
+    picker = widgets.Dropdown(options=class_options(data, state), value=data.first_class,
+                              description="class", layout=widgets.Layout(width="60%"))
+    text = widgets.HTML()
+    thumbnails = widgets.Image(format="png")
+
+    def show(label: int) -> None:
+        errors = misclassified(data, label, state)
+        title = headline(data, label, errors, state).replace("**", "<b>", 1).replace("**", "</b>", 1)
+        text.value = (f"<p>{title}</p>" + class_scores(data, label).round(3).to_html(index=False)
+                      + "<p>Where its test rows went (rows per predicted class):</p>"
+                      + confusion_row(data, label).to_html())
+        thumbnails.value = figure_png(plot_thumbnails(data, errors, state, max_images))
+
+    picker.observe(lambda change: show(change["new"]), names="value")
+    show(picker.value)
+    return widgets.VBox([picker, text, thumbnails])
 
 
 def figure_png(fig: Figure, dpi: int = 110) -> bytes:

@@ -14,12 +14,12 @@ import math
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .chain import CHAPTERS
 from .evidence import REGISTRY_NAME, FingerprintMismatch, verify_registry
 
 
@@ -91,25 +91,6 @@ def check(run_dir: str | os.PathLike) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- evidence summary
-@dataclass(frozen=True)
-class ChapterRecord:
-    name: str
-    title: str
-    path: str
-
-
-CHAPTER_RECORDS: tuple[ChapterRecord, ...] = (
-    ChapterRecord("corpus", "Chapter 1: Corpus", "corpus/corpus.json"),
-    ChapterRecord("audit", "Chapter 2: Audit", "audit/audit.json"),
-    ChapterRecord("split", "Chapter 3: Split", "split/split.json"),
-    ChapterRecord("probes", "Chapter 4: Probes", "probes/probes.json"),
-    ChapterRecord("training", "Chapter 5: Training", "training/training.json"),
-    ChapterRecord("ptq", "Chapter 6: Post-training quantisation", "ptq/ptq.json"),
-    ChapterRecord("runtime", "Chapter 7: Runtime", "runtime/runtime.json"),
-    ChapterRecord("per_class", "Chapter 8: Per-class analysis", "analysis/per_class.json"),
-    ChapterRecord("fruit_slice", "Chapter 9: Fruit-label slice", "analysis/fruit_slice.json"),
-)
-
 # Curated headline numbers: (record path, dotted JSON key, claim).  A key a record lacks is skipped.
 _PAIR = "figures.paired.reference_to_pte"
 _PROBE = "figures.class_probes.frozen_linear.test"
@@ -203,9 +184,9 @@ def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
 def chapter_status(run_dir: str | os.PathLike) -> pd.DataFrame:
     """Which chapters left a record in the run folder (and the extra analysis records found)."""
     run_dir = Path(run_dir)
-    rows = [{"chapter": c.name, "title": c.title, "record": c.path, "ran": (run_dir / c.path).exists()}
-            for c in CHAPTER_RECORDS]
-    known = {c.path for c in CHAPTER_RECORDS}
+    rows = [{"chapter": c.name, "title": c.heading, "record": c.record, "ran": (run_dir / c.record).exists()}
+            for c in CHAPTERS]
+    known = {c.record for c in CHAPTERS}
     for extra in sorted((run_dir / "analysis").glob("*.json")) if (run_dir / "analysis").is_dir() else []:
         rel = extra.relative_to(run_dir).as_posix()
         if rel not in known:

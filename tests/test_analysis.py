@@ -232,7 +232,7 @@ def _execute(notebook: str, target: Path, parameters: dict) -> dict:
     repo = Path(__file__).resolve().parents[1]
     papermill.execute_notebook(str(repo / "notebooks" / f"{notebook}.ipynb"), str(target),
                                parameters=parameters, kernel_name="python3", cwd=str(repo),
-                               progress_bar=False)
+                               progress_bar=False, execution_timeout=600)
     return nbformat.read(target, as_version=4)
 
 

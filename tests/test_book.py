@@ -38,23 +38,40 @@ def test_cli_defaults():
     assert (args.data, args.profile, args.until) == ("synthetic", "default", None)
 
 
-def test_failing_chapter_stops_with_its_error_and_notebook_path(tmp_path, monkeypatch):
+def _plant_corpus_chapter(tmp_path: Path, monkeypatch, body: str) -> Path:
+    """A one-cell stand-in for chapter 1, so the runner's failure paths run in seconds."""
     import nbformat
 
-    broken = tmp_path / "notebooks"
-    broken.mkdir()
+    planted = tmp_path / "notebooks"
+    planted.mkdir()
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     params = nbformat.v4.new_code_cell('run_dir = ""\nprofile = ""\ndata = ""')
     params.metadata["tags"] = ["parameters"]
-    notebook.cells = [params, nbformat.v4.new_code_cell("raise ValueError('planted failure')")]
-    nbformat.write(notebook, broken / "01_corpus.ipynb")
-    monkeypatch.setattr(book, "NOTEBOOKS_DIR", broken)
+    notebook.cells = [params, nbformat.v4.new_code_cell(body)]
+    nbformat.write(notebook, planted / "01_corpus.ipynb")
+    monkeypatch.setattr(book, "NOTEBOOKS_DIR", planted)
+    return tmp_path / "root" / "book" / "01_corpus.ipynb"
+
+
+def test_failing_chapter_stops_with_its_error_and_notebook_path(tmp_path, monkeypatch):
+    executed = _plant_corpus_chapter(tmp_path, monkeypatch, "raise ValueError('planted failure')")
     with pytest.raises(book.ChapterFailed, match="planted failure") as failure:
         book.run_book(tmp_path / "run", profile="smoke", until="corpus", html=False,
                       book_root=tmp_path / "root", log=lambda _: None)
-    assert str(tmp_path / "root" / "book" / "01_corpus.ipynb") in str(failure.value)
-    assert (tmp_path / "root" / "book" / "01_corpus.ipynb").exists()
+    assert str(executed) in str(failure.value)
+    assert executed.exists()
+
+
+def test_a_cell_over_the_profile_timeout_fails_its_chapter(tmp_path, monkeypatch):
+    executed = _plant_corpus_chapter(tmp_path, monkeypatch, "import time\ntime.sleep(120)")
+    profile = yaml.safe_load((REPO / "cropcop_utils/profiles/smoke.yaml").read_text())
+    profile["book"]["cell_timeout_s"] = 3
+    (tmp_path / "quick.yaml").write_text(yaml.safe_dump(profile))
+    with pytest.raises(book.ChapterFailed, match="cell_timeout_s = 3") as failure:
+        book.run_book(tmp_path / "run", profile=str(tmp_path / "quick.yaml"), until="corpus", html=False,
+                      book_root=tmp_path / "root", log=lambda _: None)
+    assert "CellTimeoutError" in str(failure.value) and str(executed) in str(failure.value)
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The error explorer's functions (no widgets)."""
+"""The error explorer: its functions, and the widget browser driven without a front end."""
 
 from __future__ import annotations
 
@@ -88,3 +88,16 @@ def test_partial_run_shows_the_states_it_has(tmp_path: Path) -> None:
     nothing = build_run(tmp_path, name="bare", states=())
     with pytest.raises(explorer.NothingToExplore, match="training"):
         explorer.load(nothing.run_dir)
+
+
+def test_browser_redraws_when_a_class_is_picked(run, data) -> None:
+    view = explorer.browser(data, "pte", max_images=4)
+    picker, text, thumbnails = view.children
+    assert picker.value == data.first_class
+    assert data.name(0) in text.value and bytes(thumbnails.value).startswith(b"\x89PNG")
+    first_png = bytes(thumbnails.value)
+    picker.value = 1  # what a user's pick does: the observer rebuilds both views
+    errors = explorer.misclassified(data, 1, "pte")
+    assert data.name(1) in text.value and data.name(0) not in text.value.split("</p>")[0]
+    assert f"{len(errors)} test rows misclassified" in text.value
+    assert bytes(thumbnails.value) != first_png
