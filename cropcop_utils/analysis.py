@@ -12,46 +12,38 @@ Chapter 9 writes ``fruit_slice.json``, ``fruit_slice.parquet`` (slice classes) a
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from sklearn.metrics import confusion_matrix
 
 from . import metrics, registry
+from .analysis_figures import (
+    plot_confusion,
+    plot_error_gallery,
+    plot_paired_deltas,
+    plot_slice,
+    plot_state_metrics,
+    plot_support_bins,
+    plot_taxonomy,
+)
 from .config import RunContext
 from .evidence import Chapter
+from .model_states import (
+    ERROR_KINDS,
+    PAIRS,
+    PREDICTION_COLUMNS,
+    STATE_LABELS,
+    STATE_NAMES,
+    STATES,
+    TRANSITIONS,
+    ModelState,
+    PairedStates,
+)
 
 FOLDER = "analysis"
 
 
-@dataclass(frozen=True)
-class ModelState:
-    name: str
-    label: str
-    path: str
-    chapter: str
-
-
-STATES: tuple[ModelState, ...] = (
-    ModelState("reference", "float reference", "training/reference/predictions_test.parquet", "training"),
-    ModelState("compact", "float compact", "training/compact/predictions_test.parquet", "training"),
-    ModelState("int8", "converted INT8 graph", "ptq/predictions_test.parquet", "ptq"),
-    ModelState("pte", ".pte on the runtime", "runtime/predictions_test.parquet", "runtime"),
-)
-STATE_NAMES = tuple(s.name for s in STATES)
-STATE_LABELS = {s.name: s.label for s in STATES}
-# Each step of the deployment chain, then the whole chain.
-PAIRS: tuple[tuple[str, str], ...] = (("reference", "compact"), ("compact", "int8"), ("int8", "pte"),
-                                      ("reference", "pte"))
-PREDICTION_COLUMNS = ("row_id", "label", "pred", "margin", "model_state")
-ERROR_KINDS = ("cross-crop", "healthy→disease", "disease→healthy", "broad↔specific", "within-crop")
-TRANSITIONS = ("correct→correct", "correct→wrong", "wrong→correct", "wrong→same wrong", "wrong→other wrong")
 
 DEFAULTS: dict[str, Any] = {
     "bootstrap": 1000, "seed": 0, "ci_level": 0.95, "min_test_support": 30,
@@ -87,24 +79,6 @@ def analysis_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- loading and pairing
-@dataclass
-class PairedStates:
-    """The test rows (row_id order) with every state's prediction; labels proven identical."""
-
-    rows: pd.DataFrame                   # row_id, label, rel_path
-    preds: dict[str, np.ndarray]
-    margins: dict[str, np.ndarray]
-    model_states: dict[str, str]
-    n_classes: int
-
-    @property
-    def y(self) -> np.ndarray:
-        return self.rows["label"].to_numpy()
-
-    def correct(self, state: str) -> np.ndarray:
-        return self.preds[state] == self.y
-
-
 def load_states(ch: Chapter, states: tuple[ModelState, ...] = STATES,
                 required: bool = True) -> dict[str, pd.DataFrame]:
     """Verified reads of the prediction files; every absent one is named in one error."""
@@ -480,7 +454,7 @@ def _group_summary(paired: PairedStates, boot: dict[str, metrics.BootstrapMetric
 
     def resampled(state: str, what: str) -> np.ndarray:
         values = getattr(boot[state], f"class_{what}")[:, members]
-        with _silenced():
+        with metrics.quiet_empty_slices():
             return np.nanmean(values, axis=1)
 
     point = {}
@@ -582,159 +556,3 @@ def slice_tables(record: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
                             **{f"{m}_{part}": stats[m][part] for m in ("mean_recall", "mean_f1")
                                for part in ("delta", "lo", "hi", "excludes_zero")}})
     return pd.DataFrame(values), pd.DataFrame(changes)
-
-
-# --------------------------------------------------------------------------- plots
-def plot_state_metrics(state_table: pd.DataFrame) -> Figure:
-    fig = Figure(figsize=(8, 3.2))
-    axes = fig.subplots(1, len(metrics.METRICS), sharey=True)
-    for ax, metric in zip(axes, metrics.METRICS, strict=True):
-        part = state_table[state_table["metric"] == metric].reset_index(drop=True)
-        error = [part["value"] - part["lo"], part["hi"] - part["value"]]
-        ax.errorbar(part["value"], np.arange(len(part)), xerr=error, fmt="o", capsize=3)
-        ax.set_title(metrics.METRIC_LABELS[metric], fontsize=9)
-        ax.set_yticks(np.arange(len(part)), part["state_label"])
-        ax.invert_yaxis()
-    fig.suptitle("Model states on the locked test (bootstrap 95 % intervals)", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def plot_paired_deltas(paired_table: pd.DataFrame) -> Figure:
-    fig = Figure(figsize=(8, 3.2))
-    axes = fig.subplots(1, len(metrics.PAIRED_METRICS), sharey=True)
-    for ax, metric in zip(axes, metrics.PAIRED_METRICS, strict=True):
-        part = paired_table[paired_table["metric"] == metric].reset_index(drop=True)
-        delta, low, high = (100 * part[c] for c in ("delta", "lo", "hi"))
-        ax.errorbar(delta, np.arange(len(part)), xerr=[delta - low, high - delta], fmt="o", capsize=3)
-        ax.axvline(0, color="grey", linewidth=0.8)
-        ax.set_yticks(np.arange(len(part)), [p.replace("_to_", " → ") for p in part["pair"]])
-        ax.set_title(f"Δ {metrics.METRIC_LABELS[metric]} (points)", fontsize=9)
-        ax.invert_yaxis()
-    fig.suptitle("Paired changes along the deployment chain", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def plot_support_bins(bins: pd.DataFrame) -> Figure:
-    fig = Figure(figsize=(7, 3.2))
-    ax = fig.subplots()
-    x = np.arange(len(bins))
-    for offset, state in zip(np.linspace(-0.3, 0.3, len(STATE_NAMES)), STATE_NAMES, strict=True):
-        ax.bar(x + offset, bins[f"macro_f1_{state}"], width=0.18, label=STATE_LABELS[state])
-    ticks = [f"{b}\n({c} classes)" for b, c in zip(bins["bin"], bins["classes"], strict=True)]
-    ax.set_xticks(x, ticks, fontsize=8)
-    ax.set_xlabel("training examples per class")
-    ax.set_ylabel("macro-F1 of the bin's classes")
-    ax.legend(fontsize=7, ncols=2)
-    fig.tight_layout()
-    return fig
-
-
-def plot_taxonomy(taxonomy: pd.DataFrame) -> Figure:
-    fig = Figure(figsize=(7, 3.2))
-    ax = fig.subplots()
-    table = taxonomy.pivot(index="state", columns="kind", values="errors").reindex(
-        index=list(STATE_NAMES), columns=list(ERROR_KINDS))
-    left = np.zeros(len(table))
-    for kind in ERROR_KINDS:
-        ax.barh(np.arange(len(table)), table[kind], left=left, label=kind)
-        left += table[kind].to_numpy()
-    ax.set_yticks(np.arange(len(table)), [STATE_LABELS[s] for s in table.index])
-    ax.invert_yaxis()
-    ax.set_xlabel("test errors")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    return fig
-
-
-def plot_confusion(paired: PairedStates, classes: pd.DataFrame, state: str) -> Figure:
-    """Row-normalised confusion matrix (recall on the diagonal) of one state."""
-    import seaborn as sns
-
-    labels = classes["label"].to_numpy()
-    with _silenced():
-        matrix = confusion_matrix(paired.y, paired.preds[state], labels=labels, normalize="true")
-    side = min(14.0, 3 + 0.25 * len(labels))
-    fig = Figure(figsize=(side, side * 0.85))
-    ax = fig.subplots()
-    names = classes["class_name"].tolist() if len(labels) <= 40 else False
-    sns.heatmap(matrix, ax=ax, cmap="viridis", vmin=0, vmax=1, square=True, xticklabels=names,
-                yticklabels=names, cbar_kws={"label": "share of the true class"})
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.tick_params(labelsize=6)
-    ax.set_title(f"Confusion of the {STATE_LABELS[state]} (rows normalised)", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def worst_classes(per_class: pd.DataFrame, paired: PairedStates, state: str, count: int) -> list[int]:
-    """The ``count`` classes with the lowest F1 for ``state`` among those the state gets wrong."""
-    wrong = np.unique(paired.y[~paired.correct(state)])
-    candidates = per_class[per_class["label"].isin(wrong)]
-    ranked = candidates.sort_values([f"f1_{state}", "test_support"], ascending=[True, False])
-    return ranked["label"].head(count).tolist()
-
-
-def plot_error_gallery(paired: PairedStates, per_class: pd.DataFrame, ctx: RunContext,
-                       params: dict[str, Any]) -> Figure:
-    """Thumbnails of the worst classes' errors: true label, predicted label, margin (most confident first)."""
-    from .imaging import load_square
-
-    state, per_row = params["gallery_state"], int(params["gallery_per_class"])
-    chosen = worst_classes(per_class, paired, state, int(params["gallery_classes"]))
-    names = per_class.set_index("label")["class_name"]
-    if not chosen:
-        fig = Figure(figsize=(5, 1))
-        fig.text(0.5, 0.5, f"the {STATE_LABELS[state]} makes no test errors", ha="center", va="center")
-        return fig
-    frame = paired.rows.assign(pred=paired.preds[state], margin=paired.margins[state])
-    fig = Figure(figsize=(1.6 * per_row, 1.9 * len(chosen)))
-    axes = np.atleast_2d(fig.subplots(len(chosen), per_row, squeeze=False))
-    for row, label in enumerate(chosen):
-        errors = frame[(frame["label"] == label) & (frame["pred"] != label)].nlargest(per_row, "margin")
-        for col in range(per_row):
-            ax = axes[row, col]
-            ax.axis("off")
-            if col < len(errors):
-                item = errors.iloc[col]
-                ax.imshow(load_square(ctx.corpus_root / item["rel_path"], int(params["thumb_px"])))
-                ax.set_title(f"→ {_short(names[item['pred']])}\nmargin {item['margin']:.2f}", fontsize=6)
-        axes[row, 0].text(-0.1, 0.5, _short(names[label], 28), transform=axes[row, 0].transAxes, ha="right",
-                          va="center", fontsize=7)
-    fig.suptitle(f"Errors of the {STATE_LABELS[state]} in its lowest-F1 classes (true class at left)",
-                 fontsize=9)
-    return fig
-
-
-def plot_slice(group_stats: dict[str, Any]) -> Figure:
-    fig = Figure(figsize=(7, 3))
-    ax = fig.subplots()
-    for offset, group in ((-0.15, "slice"), (0.15, "rest")):
-        stats = group_stats[group]["states"]
-        if not stats:
-            continue
-        values = np.array([stats[s]["mean_recall"]["value"] for s in STATE_NAMES])
-        low = values - np.array([stats[s]["mean_recall"]["lo"] for s in STATE_NAMES])
-        high = np.array([stats[s]["mean_recall"]["hi"] for s in STATE_NAMES]) - values
-        ax.errorbar(np.arange(len(values)) + offset, values, yerr=[low, high], fmt="o", capsize=3,
-                    label=f"{group} ({group_stats[group]['classes']} classes)")
-    ax.set_xticks(np.arange(len(STATE_NAMES)), [STATE_LABELS[s] for s in STATE_NAMES], fontsize=8)
-    ax.set_ylabel("mean class recall")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def _short(name: str, width: int = 18) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
-
-
-@contextmanager
-def _silenced() -> Iterator[None]:
-    # empty rows / classes are expected here (a resample without slice rows, a class without test rows)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        yield

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from . import analysis, metrics
+from . import analysis, metrics, model_states
 from .config import RunContext, reopen_run
 from .evidence import Chapter
 
@@ -28,12 +28,12 @@ class NothingToExplore(FileNotFoundError):
 @dataclass
 class ExplorerData:
     ctx: RunContext
-    paired: analysis.PairedStates
+    paired: model_states.PairedStates
     classes: pd.DataFrame  # label, class_name, crop, type, ... train/test support
 
     @property
     def states(self) -> list[str]:
-        return [s for s in analysis.STATE_NAMES if s in self.paired.preds]
+        return [s for s in model_states.STATE_NAMES if s in self.paired.preds]
 
     @property
     def first_class(self) -> int:
@@ -53,7 +53,7 @@ def load(run_dir: str | os.PathLike) -> ExplorerData:
     frames = analysis.load_states(ch, required=False)
     if not frames:
         raise NothingToExplore(f"{ctx.run_dir} has no prediction records yet ("
-                               + ", ".join(s.path for s in analysis.STATES)
+                               + ", ".join(s.path for s in model_states.STATES)
                                + "); run the chain through chapter 05 (training) first.")
     paired = analysis.pair_states(frames, frozen.rows, len(frozen.class_names))
     return ExplorerData(ctx=ctx, paired=paired, classes=analysis.class_table(frozen.class_map, frozen.rows))
@@ -82,7 +82,7 @@ def class_scores(data: ExplorerData, label: int) -> pd.DataFrame:
         scores = metrics.per_class_scores(data.paired.y, data.paired.preds[state], data.paired.n_classes)
         row = scores.set_index("label").loc[int(label)]
         is_class = data.paired.y == label
-        rows.append({"state": analysis.STATE_LABELS[state], "precision": row["precision"],
+        rows.append({"state": model_states.STATE_LABELS[state], "precision": row["precision"],
                      "recall": row["recall"], "f1": row["f1"], "test_rows": int(is_class.sum()),
                      "errors": int((is_class & (data.paired.preds[state] != label)).sum())})
     return pd.DataFrame(rows)
@@ -91,7 +91,7 @@ def class_scores(data: ExplorerData, label: int) -> pd.DataFrame:
 def confusion_row(data: ExplorerData, label: int) -> pd.DataFrame:
     """Where the class's test rows went: one row per predicted class, a column per state (row counts)."""
     is_class = data.paired.y == label
-    counts = {analysis.STATE_LABELS[s]: np.bincount(data.paired.preds[s][is_class],
+    counts = {model_states.STATE_LABELS[s]: np.bincount(data.paired.preds[s][is_class],
                                                     minlength=data.paired.n_classes) for s in data.states}
     table = pd.DataFrame(counts, index=pd.Index(data.classes["class_name"], name="predicted"))
     table = table[table.sum(axis=1) > 0]
@@ -120,7 +120,7 @@ def plot_thumbnails(data: ExplorerData, errors: pd.DataFrame, state: str = "pte"
     shown = errors.head(max_images)
     if shown.empty:
         fig = Figure(figsize=(5, 0.8))
-        fig.text(0.5, 0.5, f"no errors of the {analysis.STATE_LABELS[state]} in this class", ha="center",
+        fig.text(0.5, 0.5, f"no errors of the {model_states.STATE_LABELS[state]} in this class", ha="center",
                  va="center")
         return fig
     n_rows = int(np.ceil(len(shown) / columns))
@@ -138,7 +138,7 @@ def plot_thumbnails(data: ExplorerData, errors: pd.DataFrame, state: str = "pte"
 
 def headline(data: ExplorerData, label: int, errors: pd.DataFrame, state: str) -> str:
     return (f"**{data.name(label)}**: {len(errors)} test rows misclassified by the "
-            f"{analysis.STATE_LABELS[state]}; thumbnails show its predicted label and margin, then "
+            f"{model_states.STATE_LABELS[state]}; thumbnails show its predicted label and margin, then "
             "the other states' predictions.")
 
 

@@ -15,7 +15,9 @@ Metrics are fractions in [0, 1]; the book reports them (and deltas) in points (Ã
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -272,3 +274,13 @@ def _check_edges(edges: Sequence[int]) -> list[int]:
     if not edges or any(e <= 0 for e in edges) or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
         raise MetricInputError(f"support bin edges must be positive and strictly increasing, got {edges}")
     return edges
+
+
+@contextmanager
+def quiet_empty_slices() -> Iterator[None]:
+    """Silence numpy/sklearn warnings about empty slices."""
+    # empty rows / classes are expected here (a resample without slice rows, a class without test rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        yield

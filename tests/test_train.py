@@ -6,33 +6,21 @@ import dataclasses
 import json
 import shutil
 import signal
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 import torch
-from train_fixtures import build_run, subprocess_env, write_split
+from train_fixtures import build_run, run_cli, write_split
 
 from cropcop_utils import checkpoint as ckpt
 from cropcop_utils import config, locked_test, train
 from cropcop_utils.config import deep_merge
 from cropcop_utils.evidence import FingerprintMismatch, sha256_file
-from cropcop_utils.models import create_model
-from cropcop_utils.predict import PredictConfig, predict, score
+from cropcop_utils.predict import score
 from cropcop_utils.trainer import KILL_ENV
 
 KILL_AFTER = 5  # tiny run: 3 steps per epoch, checkpoints every 2 steps -> killed in epoch 2, after step 4's
-
-
-def _cli(run_dir, model: str, extra_env: dict | None = None, ranks: int = 1) -> subprocess.CompletedProcess:
-    env = {**subprocess_env(), **(extra_env or {})}
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] \
-        if ranks > 1 else [sys.executable]
-    command = [*launcher, "-m", "cropcop_utils.train", "--run-dir", str(run_dir), "--model", model,
-               "--no-progress"]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +30,7 @@ def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("training")
     a, b = build_run(base, "a"), build_run(base, "b")
     train.train_model(a, "reference", progress=False)
-    killed = _cli(b.run_dir, "reference", {KILL_ENV: str(KILL_AFTER)})
+    killed = run_cli(b.run_dir, "reference", {KILL_ENV: str(KILL_AFTER)})
     at_kill = ckpt.load(b.run_dir / "training/reference/last.pt")["progress"]
     summary = train.train_model(b, "reference", progress=False)
     return SimpleNamespace(base=base, a=a, b=b, killed=killed, at_kill=at_kill, summary=summary)
@@ -106,26 +94,6 @@ def test_an_edited_split_file_or_other_configuration_is_refused(runs):
     frame.to_parquet(path, index=False)
     with pytest.raises(FingerprintMismatch, match="split/split.parquet"):
         train.train_model(ctx, "reference", progress=False)
-
-
-def test_two_process_ddp_on_gloo_completes_with_consistent_metrics(tmp_path):
-    ctx = build_run(tmp_path, "ddp")
-    result = _cli(ctx.run_dir, "reference", ranks=2)
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
-    last = ckpt.load(ctx.run_dir / "training/reference/last.pt")
-    assert summary["world_size"] == last["config"]["world_size"] == 2
-    assert len(last["rng"]) == 2  # each rank's RNG streams are kept
-    steps = 30 // (8 * 2)  # 30 training rows, 8 per rank, 2 ranks
-    assert last["progress"]["finished"] and last["progress"]["global_step"] == 2 * steps
-    assert last["progress"]["images_seen"] == 2 * steps * 16
-    best = ckpt.load(ctx.run_dir / "training/reference/best.pt")
-    model = create_model(best["arch"], best["num_classes"])
-    model.load_state_dict(best["model"])
-    rows = pd.read_parquet(ctx.run_dir / "split/split.parquet").query("split == 'val'")
-    rescored = score(predict(model, rows, PredictConfig.from_ctx(ctx), "0" * 64))
-    assert rescored["macro_f1"] == pytest.approx(best["val_macro_f1"], abs=1e-12)
-    assert rescored["accuracy"] == pytest.approx(best["val_acc"], abs=1e-12)
 
 
 def test_chapter_trains_the_compact_model_from_the_reference_and_records_everything(runs):

@@ -8,6 +8,8 @@ The training section is shrunk to tiny timm models at 32 px on one thread.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -102,3 +104,14 @@ def subprocess_env() -> dict[str, str]:
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONHASHSEED="0",
                PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     return env
+
+
+def run_cli(run_dir, model: str, extra_env: dict | None = None,
+            ranks: int = 1) -> subprocess.CompletedProcess:
+    """``python -m cropcop_utils.train`` in a child process (under torchrun when ``ranks > 1``)."""
+    env = {**subprocess_env(), **(extra_env or {})}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] \
+        if ranks > 1 else [sys.executable]
+    command = [*launcher, "-m", "cropcop_utils.train", "--run-dir", str(run_dir), "--model", model,
+               "--no-progress"]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
