@@ -45,6 +45,7 @@ from .audit_figures import (
     plot_threshold_evidence,
     plot_verifier_calibration,
 )
+from .config import progress_wanted
 from .evidence import Chapter, sha256_bytes
 
 KINDS = ("exact_bytes", "exact_pixels", "near")
@@ -182,7 +183,8 @@ def hash_images(
     size = max(16, min(256, math.ceil(len(rel_paths) / (workers * 8))))
     chunks = [(i, min(len(rel_paths), i + size)) for i in range(0, len(rel_paths), size)]
     results: list[Any] = [None] * len(chunks)
-    bar = tqdm(total=len(rel_paths), desc="hashing images", unit="img", disable=not progress, mininterval=1.0)
+    bar = tqdm(total=len(rel_paths), desc="hashing images", unit="img", disable=not progress_wanted(progress),
+               mininterval=1.0)
     with bar:
         if workers == 1 or len(rel_paths) < INLINE_BELOW:
             workers = 1

@@ -21,6 +21,15 @@ class RunFolderConflict(RuntimeError):
     """The run folder was made with another profile, corpus or overrides."""
 
 
+def progress_wanted(requested: bool = True) -> bool:
+    """Whether to draw a progress bar: the caller asks for one and ``TQDM_DISABLE`` does not forbid it.
+
+    tqdm lets an explicit ``disable=`` argument win over its environment defaults, so the book runner's
+    ``TQDM_DISABLE=1`` (bars in executed notebooks would only clutter the book) is honoured here instead.
+    """
+    return bool(requested) and os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("1", "true", "yes")
+
+
 def available_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 

@@ -41,6 +41,7 @@ from matplotlib.figure import Figure
 from tqdm import tqdm
 
 from . import imaging, taxonomy
+from .config import progress_wanted
 from .evidence import Chapter, sha256_bytes, sha256_file, sha256_json
 from .evidence import row_id as make_row_id
 
@@ -250,8 +251,8 @@ def probe_all(
 ) -> list[dict[str, Any]]:
     """Probe files in parallel (process pool over chunks of files), results in input order."""
     workers = max(1, int(workers or os.cpu_count() or 1))
-    bar = tqdm(total=len(rel_paths), desc="scanning corpus", unit="file", disable=not progress,
-               mininterval=1.0)
+    bar = tqdm(total=len(rel_paths), desc="scanning corpus", unit="file",
+               disable=not progress_wanted(progress), mininterval=1.0)
     with bar:
         if workers == 1 or len(rel_paths) < INLINE_BELOW:
             results = []

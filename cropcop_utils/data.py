@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from . import imaging
 from .augment import AugmentParams, augment, to_hwc
+from .config import progress_wanted
 from .imaging import ImageSpec
 
 
@@ -58,7 +59,7 @@ class SquareCache:
     def fill(self, progress: bool = False, desc: str = "decode") -> None:
         if not self.enabled:
             return
-        for i in tqdm(range(len(self.paths)), desc=desc, disable=not progress, leave=False):
+        for i in tqdm(range(len(self.paths)), desc=desc, disable=not progress_wanted(progress), leave=False):
             self.get(i)
 
     def get(self, index: int) -> np.ndarray:

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, JpegImagePlugin
 
+from .config import progress_wanted
+
 HANDCRAFTED = "handcrafted-colour-texture (HSV histograms + HOG + LBP)"
 
 # ITU-T T.81 Annex K tables in natural (row-major) order, the order Pillow's ``img.quantization`` uses.
@@ -246,7 +248,7 @@ def extract_pixel_features(paths: Sequence[str | os.PathLike], settings: PixelSe
     if missing:
         raise FileNotFoundError(f"{len(missing)} image(s) of the frozen split are missing, e.g. "
                                 f"{missing[0]}; the corpus folder changed after the split was frozen.")
-    bar = tqdm(total=len(paths), desc="probe features", unit="img", disable=not progress)
+    bar = tqdm(total=len(paths), desc="probe features", unit="img", disable=not progress_wanted(progress))
     rows: list[dict[str, np.ndarray]] = []
     if workers <= 1:
         for block in _chunks(paths, chunk):
@@ -393,7 +395,8 @@ def extract_backbone_features(paths: Sequence[str | os.PathLike], choice: Backbo
                         batch_size=batch_size, shuffle=False, num_workers=workers)
     blocks = []
     with torch.inference_mode():
-        for batch in tqdm(loader, desc=f"{choice.used} features", unit="batch", disable=not progress):
+        for batch in tqdm(loader, desc=f"{choice.used} features", unit="batch",
+                          disable=not progress_wanted(progress)):
             blocks.append(model(batch.to(device)).float().cpu().numpy())
     if not blocks:
         return np.zeros((0, getattr(model, "num_features", 0)), dtype=np.float32)

@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from .config import progress_wanted
 from .data import EvalImages
 from .imaging import ImageSpec
 from .metrics import state_metrics
@@ -80,7 +81,7 @@ def logits_of(model: Callable[[torch.Tensor], torch.Tensor], rows: pd.DataFrame,
     loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=False, num_workers=cfg.workers,
                         generator=torch.Generator())
     outputs = []
-    for images, _ in tqdm(loader, desc=desc, disable=not cfg.progress, leave=False):
+    for images, _ in tqdm(loader, desc=desc, disable=not progress_wanted(cfg.progress), leave=False):
         images = images.to(cfg.device)
         if cfg.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)

@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from .config import RunContext
+from .config import RunContext, progress_wanted
 from .evidence import Chapter, atomic_write_bytes, sha256_bytes, sha256_json
 
 FOLDER = "ptq"
@@ -447,8 +447,8 @@ def image_batches(rows: pd.DataFrame, corpus_root: Any, spec: Any, batch_size: i
     from .data import EvalImages
 
     dataset = EvalImages(rows, corpus_root, spec)
-    for start in tqdm(range(0, len(dataset), batch_size), desc=desc, unit="batch", disable=not progress,
-                      leave=False):
+    for start in tqdm(range(0, len(dataset), batch_size), desc=desc, unit="batch",
+                      disable=not progress_wanted(progress), leave=False):
         yield torch.stack([dataset[i][0] for i in range(start, min(start + batch_size, len(dataset)))])
 
 

@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,9 +74,12 @@ def lower(program: Any) -> tuple[bytes, pd.DataFrame, dict[str, int]]:
     # PyTorch would pick; the mkldnn and NNPACK heuristics test "batch >= 16", which guards the dynamic
     # batch to <= 15 in the program (a "bounded tensor" resize error at run time).  XNNPACK runs these
     # convs, not those backends, so they are switched off while lowering.
-    with torch.backends.mkldnn.flags(enabled=False), torch.backends.nnpack.flags(enabled=False):
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
-        buffer = bytes(edge.to_executorch().buffer)
+    with warnings.catch_warnings():
+        # toggling the mkldnn flags warns about Intel-GPU TF32, which has nothing to do with this CPU run
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+        with torch.backends.mkldnn.flags(enabled=False), torch.backends.nnpack.flags(enabled=False):
+            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+            buffer = bytes(edge.to_executorch().buffer)
     info = get_delegation_info(edge.exported_program().graph_module)
     table = info.get_operator_delegation_dataframe().rename(columns={
         "op_type": "op", "occurrences_in_delegated_graphs": "delegated",

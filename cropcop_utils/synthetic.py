@@ -46,7 +46,7 @@ import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
 from tqdm import tqdm
 
-from .config import RunContext
+from .config import RunContext, progress_wanted
 from .evidence import atomic_write_json, sha256_bytes, sha256_json
 from .synthetic_drawing import render_upright
 from .synthetic_world import CLASS_BY_NAME, CLASSES, SOURCES
@@ -382,7 +382,7 @@ _NOT_AN_IMAGE = (b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></he
 def _render_all(items: list[_Item], p: dict[str, Any]) -> dict[int, bytes]:
     data: dict[int, bytes] = {}
     drawn = [it for it in items if it.uid >= 0]
-    for it in tqdm(drawn, desc="synthetic corpus", unit="img", disable=None):
+    for it in tqdm(drawn, desc="synthetic corpus", unit="img", disable=None if progress_wanted() else True):
         upright = render_upright(p["seed"], p["image_px"], it.cls, it.source, it.uid, it.shot)
         blob = _encode(_store_rotated(upright, it.orientation or 1), SOURCES[it.source].quality,
                        it.source, it.when, it.orientation or 1)

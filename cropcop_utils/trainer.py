@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from . import checkpoint as ckpt
 from .augment import AugmentParams
+from .config import progress_wanted
 from .data import EpochBatches, EvalImages, TrainImages, _mix, balanced_weights
 from .distributed import DistEnv, barrier, gather
 from .evidence import atomic_write_parquet
@@ -348,7 +349,7 @@ class Trainer:
         # One bar per model over all its steps: a few lines in a notebook, not one per batch and epoch.
         bar = tqdm(total=epochs * self.steps_per_epoch, initial=self.progress["global_step"],
                    desc=f"{self.job.kind} ({self.cfg['arch']})", unit="step", mininterval=30.0,
-                   disable=not (self.job.progress and self.env.is_main))
+                   disable=not progress_wanted(self.job.progress and self.env.is_main))
         while self.progress["epoch"] < epochs:
             self._train_epoch(ddp_model, epochs, bar)
         bar.close()

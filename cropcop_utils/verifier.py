@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from .config import progress_wanted
+
 THUMB = 32                      # thumbnail side: small enough that sensor noise averages out
 EDGE_RING = 0.08                # outer ring without weight (frames, vignettes, scanner edges)
 BACKDROP_BAND = 0.25            # backdrop colour: median of the band between EDGE_RING and this
@@ -264,7 +266,8 @@ def verify_pairs(
         i, j = pairs[a:b, 0], pairs[a:b, 1]
         return grey[i], grey[j], weight[i], weight[j]
 
-    bar = tqdm(total=len(pairs), desc="verifying pairs", unit="pair", disable=not progress, mininterval=1.0)
+    bar = tqdm(total=len(pairs), desc="verifying pairs", unit="pair", disable=not progress_wanted(progress),
+               mininterval=1.0)
     with bar:
         if workers <= 1 or len(spans) == 1:
             import torch

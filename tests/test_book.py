@@ -85,3 +85,13 @@ def test_smoke_book_runs_every_chapter_and_renders(smoke_book):
     intro = (html / "intro.html").read_text()
     assert "smoke" in intro and "synthetic corpus" in intro
     assert any("[1/9] corpus: done" in line for line in smoke_book["log"])
+
+
+def test_executed_chapters_carry_no_progress_bars(smoke_book):
+    import nbformat
+
+    for spec in book.CHAPTERS:
+        notebook = nbformat.read(smoke_book["book_root"] / "book" / f"{spec.notebook}.ipynb", as_version=4)
+        streams = [o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs
+                   if o.output_type == "stream"]
+        assert not any("%|" in text for text in streams), f"{spec.notebook} shows a progress bar"

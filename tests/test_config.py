@@ -56,3 +56,15 @@ def test_reopen_detects_edited_params(tmp_path):
     path.write_text(path.read_text().replace("name: smoke", "name: edited"))
     with pytest.raises(RunFolderConflict, match="edited"):
         config.reopen_run(tmp_path)
+
+
+@pytest.mark.parametrize(("env", "requested", "expected"), [
+    (None, True, True), (None, False, False), ("1", True, False), ("true", True, False), ("0", True, True),
+    ("", True, True),
+])
+def test_progress_bars_follow_the_caller_and_tqdm_disable(monkeypatch, env, requested, expected):
+    if env is None:
+        monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    else:
+        monkeypatch.setenv("TQDM_DISABLE", env)
+    assert config.progress_wanted(requested) is expected
