@@ -61,10 +61,12 @@ def execute_chapter(spec: ChapterSpec, ctx: RunContext, book_dir: Path) -> Path:
             f"chapter '{spec.name}' failed: {error.ename}: {error.evalue}\n"
             f"  partly executed notebook: {target}"
         ) from None
+    # nbclient raises a plain RuntimeError when the kernel does not answer within start_timeout_s.
     except (CellTimeoutError, DeadKernelError, RuntimeError) as error:
         raise ChapterFailed(
             f"chapter '{spec.name}' stopped: {type(error).__name__}: {error}\n"
-            f"  (book.cell_timeout_s = {limits.get('cell_timeout_s')}); partly executed notebook: {target}"
+            f"  (book.cell_timeout_s = {limits.get('cell_timeout_s')}, book.start_timeout_s = "
+            f"{limits.get('start_timeout_s')}); partly executed notebook: {target}"
         ) from None
     fold_code_cells(target)
     return target

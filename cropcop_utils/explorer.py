@@ -136,8 +136,9 @@ def plot_thumbnails(data: ExplorerData, errors: pd.DataFrame, state: str = "pte"
     return fig
 
 
-def headline(data: ExplorerData, label: int, errors: pd.DataFrame, state: str) -> str:
-    return (f"**{data.name(label)}**: {len(errors)} test rows misclassified by the "
+def headline(data: ExplorerData, label: int, errors: pd.DataFrame, state: str, bold: str = "**{}**") -> str:
+    """One line above a class's view; ``bold`` formats the class name (Markdown by default, or HTML)."""
+    return (f"{bold.format(data.name(label))}: {len(errors)} test rows misclassified by the "
             f"{model_states.STATE_LABELS[state]}; thumbnails show its predicted label and margin, then "
             "the other states' predictions.")
 
@@ -170,7 +171,7 @@ def browser(data: ExplorerData, state: str = "pte", max_images: int = 12):
 
     def show(label: int) -> None:
         errors = misclassified(data, label, state)
-        title = headline(data, label, errors, state).replace("**", "<b>", 1).replace("**", "</b>", 1)
+        title = headline(data, label, errors, state, bold="<b>{}</b>")
         text.value = (f"<p>{title}</p>" + class_scores(data, label).round(3).to_html(index=False)
                       + "<p>Where its test rows went (rows per predicted class):</p>"
                       + confusion_row(data, label).to_html())
