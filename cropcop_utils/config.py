@@ -35,7 +35,16 @@ def available_profiles() -> list[str]:
 
 
 def load_profile(profile: str | os.PathLike, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Load a profile by name (``smoke``, ``default``, ``paper``) or path and apply nested overrides."""
+    """Load a profile by name (``smoke``, ``default``, ``paper``) or path and apply nested overrides.
+
+    A profile may say ``extends: <profile>`` and list only what differs: it is merged over its base
+    (mappings key by key, lists and scalars replaced), so a value lives once.  The result is the
+    resolved profile, the one ``params.yaml`` records; ``extends`` stays in it as provenance.
+    """
+    return deep_merge(_resolve_profile(profile, seen=()), overrides or {})
+
+
+def _resolve_profile(profile: str | os.PathLike, seen: tuple[Path, ...]) -> dict[str, Any]:
     path = Path(profile)
     if not path.suffix:
         path = PROFILES_DIR / f"{profile}.yaml"
@@ -43,8 +52,21 @@ def load_profile(profile: str | os.PathLike, overrides: dict[str, Any] | None = 
         raise FileNotFoundError(
             f"profile {profile!r} not found; known profiles: {', '.join(available_profiles())}"
         )
-    params = yaml.safe_load(path.read_text())
-    return deep_merge(params, overrides or {})
+    path = path.resolve()
+    if path in seen:
+        chain = " -> ".join(p.stem for p in (*seen, path))
+        raise ValueError(f"profile {path.name}: 'extends' loops ({chain})")
+    params = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(params, dict):
+        raise ValueError(f"profile {path}: expected a mapping at the top level, got {type(params).__name__}")
+    base = params.get("extends")
+    if base is None:
+        return params
+    # A base named by a relative path is looked up beside the profile that names it.
+    base_ref = Path(str(base))
+    if base_ref.suffix and not base_ref.is_absolute():
+        base_ref = path.parent / base_ref
+    return deep_merge(_resolve_profile(base_ref if base_ref.suffix else str(base), (*seen, path)), params)
 
 
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

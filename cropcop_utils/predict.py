@@ -4,7 +4,8 @@
 (N, 3, S, S) to logits (N, K): a ``torch.nn.Module``, a converted INT8 graph, an ExecuTorch method.
 ``records_from_logits`` builds the record from logits computed elsewhere.  Columns: row_id, label,
 pred, top5_idx (list[int]), top5_prob (list[float]), margin (top-1 minus top-2 probability),
-model_state (SHA-256 of the scored artifact).
+logits (list[float32], all K classes: calibration and abstention refit on them), model_state (SHA-256
+of the scored artifact).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .data import EvalImages
 from .imaging import ImageSpec
 from .metrics import state_metrics
 
-RECORD_COLUMNS = ["row_id", "label", "pred", "top5_idx", "top5_prob", "margin", "model_state"]
+RECORD_COLUMNS = ["row_id", "label", "pred", "top5_idx", "top5_prob", "margin", "logits", "model_state"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ def records_from_logits(row_ids: Any, labels: Any, logits: torch.Tensor | np.nda
         "top5_idx": [list(map(int, r)) for r in top_idx.tolist()],
         "top5_prob": [list(map(float, r)) for r in top_prob.tolist()],
         "margin": (top_prob[:, 0] - second).numpy().astype(np.float64),
+        "logits": list(logits.float().numpy().astype(np.float32)),
         "model_state": model_state,
     }, columns=RECORD_COLUMNS)
 
@@ -129,3 +131,13 @@ def same_state(path: str | os.PathLike, model_state: str, row_ids: Any) -> bool:
         return False
     frame = pd.read_parquet(path, columns=["row_id", "model_state"])
     return bool((frame["model_state"] == model_state).all() and list(frame["row_id"]) == list(row_ids))
+
+
+def logits_matrix(records: pd.DataFrame) -> np.ndarray:
+    """The (N, K) float32 logits of a prediction record, in its row order."""
+    if "logits" not in records.columns:
+        raise KeyError("prediction record has no 'logits' column: it was written before records kept "
+                       "logits; rerun the chapter that wrote it in a new run folder")
+    if len(records) == 0:
+        return np.empty((0, 0), dtype=np.float32)
+    return np.stack([np.asarray(row, dtype=np.float32) for row in records["logits"]])

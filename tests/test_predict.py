@@ -13,6 +13,7 @@ from cropcop_utils import imaging
 from cropcop_utils.predict import (
     RECORD_COLUMNS,
     PredictConfig,
+    logits_matrix,
     predict,
     records_from_logits,
     same_state,
@@ -30,6 +31,17 @@ def test_records_hold_top_k_probabilities_and_the_margin():
     assert np.allclose(frame.loc[0, "top5_prob"], sorted(prob[0].tolist(), reverse=True))
     assert frame.loc[1, "margin"] == pytest.approx(float(prob[1, 2] - prob[1, 0]))
     assert (frame["model_state"] == "f" * 64).all()
+
+
+def test_records_keep_every_logit_through_parquet(tmp_path):
+    logits = torch.tensor([[2.0, -1.5, 1.0], [0.25, 0.0, 5.0]])
+    path = tmp_path / "p.parquet"
+    records_from_logits(["r1", "r2"], [0, 1], logits, "f" * 64).to_parquet(path)
+    back = logits_matrix(pd.read_parquet(path))
+    assert back.dtype == np.float32
+    np.testing.assert_array_equal(back, logits.numpy())
+    with pytest.raises(KeyError, match="no 'logits' column"):
+        logits_matrix(pd.DataFrame({"row_id": ["r1"]}))
 
 
 def test_predict_batches_rows_through_the_loading_contract_in_row_order(tmp_path):

@@ -1,0 +1,57 @@
+"""Every model state reloaded from its verified file computes what its chapter recorded."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cropcop_utils import config, state_models
+from cropcop_utils.evidence import Chapter, FingerprintMismatch
+from cropcop_utils.predict import logits_matrix
+
+
+@pytest.fixture(scope="module")
+def smoke_states(smoke_book, tmp_path_factory):
+    ctx = config.reopen_run(smoke_book["run_dir"])
+    ch = Chapter(ctx.run_dir, "state_models_test", folder=str(tmp_path_factory.mktemp("scratch")))
+    n_classes = len(json.loads((ctx.run_dir / "split" / "class_map.json").read_text())["classes"])
+    return ctx, ch, state_models.load_states(ch, n_classes)
+
+
+def test_reloaded_states_reproduce_their_recorded_validation_logits(smoke_states):
+    ctx, ch, states = smoke_states
+    split = pd.read_parquet(ctx.run_dir / "split" / "split.parquet")
+    val = split[split["split"] == "val"].reset_index(drop=True)
+    records = state_models.score_rows(states, val, ctx.corpus_root, ctx.section("image"))
+    for kind in ("reference", "compact"):
+        recorded = pd.read_parquet(ctx.run_dir / f"training/{kind}/predictions_val.parquet")
+        recorded = recorded.set_index("row_id").loc[val["row_id"]].reset_index()
+        assert (records[kind]["model_state"] == recorded["model_state"]).all()
+        np.testing.assert_allclose(logits_matrix(records[kind]), logits_matrix(recorded), rtol=1e-4,
+                                   atol=1e-4)
+    ptq = json.loads((ctx.run_dir / "ptq" / "ptq.json").read_text())
+    graph_val = pd.read_parquet(ctx.run_dir / f"ptq/predictions_val_{ptq['selected']}.parquet")
+    graph_val = graph_val.set_index("row_id").loc[val["row_id"]].reset_index()
+    assert (records["int8"]["pred"].to_numpy() == graph_val["pred"].to_numpy()).all()
+    # The .pte runs the same INT8 arithmetic through XNNPACK: decisions agree on nearly every row.
+    agreement = float((records["pte"]["pred"] == records["int8"]["pred"]).mean())
+    assert agreement >= 0.95
+
+
+def test_a_modified_state_file_is_refused_before_it_is_loaded(smoke_states, tmp_path):
+    ctx, _, _ = smoke_states
+    run = tmp_path / "run"
+    shutil.copytree(ctx.run_dir, run, ignore=shutil.ignore_patterns("synthetic"))
+    pte = run / state_models.STATE_FILES["pte"]
+    data = bytearray(pte.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pte.write_bytes(bytes(data))
+    ch = Chapter(run, "state_models_test", folder="scratch")
+    with pytest.raises(FingerprintMismatch, match="model.pte"):
+        state_models.load_state(ch, "pte", 3)
+    with pytest.raises(ValueError, match="unknown model state"):
+        state_models.load_state(ch, "fp16", 3)
