@@ -37,9 +37,14 @@ def test_reloaded_states_reproduce_their_recorded_validation_logits(smoke_states
     graph_val = pd.read_parquet(ctx.run_dir / f"ptq/predictions_val_{ptq['selected']}.parquet")
     graph_val = graph_val.set_index("row_id").loc[val["row_id"]].reset_index()
     assert (records["int8"]["pred"].to_numpy() == graph_val["pred"].to_numpy()).all()
-    # The .pte runs the same INT8 arithmetic through XNNPACK: decisions agree on nearly every row.
-    agreement = float((records["pte"]["pred"] == records["int8"]["pred"]).mean())
-    assert agreement >= 0.95
+    # The .pte runs the INT8 arithmetic through XNNPACK's kernels, whose rounding differs from the
+    # reference graph's: only near-ties may flip (the smoke model is barely trained, so there are many).
+    confident = records["int8"]["margin"].to_numpy() > 0.02
+    assert confident.sum() >= 10
+    pte_pred, int8_pred = records["pte"]["pred"].to_numpy(), records["int8"]["pred"].to_numpy()
+    assert (pte_pred[confident] == int8_pred[confident]).all()
+    runtime = json.loads((ctx.run_dir / "runtime" / "runtime.json").read_text())
+    assert states["pte"].sha256 == runtime["outputs"]["runtime/model.pte"]
 
 
 def test_a_modified_state_file_is_refused_before_it_is_loaded(smoke_states, tmp_path):
