@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     explore = commands.add_parser("explore", help="serve the error explorer on a run folder (127.0.0.1)")
     explore.add_argument("--run-dir", required=True, help="a run folder that reached training or later")
     explore.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
-    explore.add_argument("--state", default="pte", help="model state whose errors are shown first")
+    explore.add_argument("--state", default=None, help="state shown first (default: the last)")
     return parser
 
 

@@ -87,17 +87,18 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def serving(run_dir: str | os.PathLike, port: int | None = None, state: str = "pte", max_images: int = 12,
-            log_path: str | os.PathLike | None = None,
+def serving(run_dir: str | os.PathLike, port: int | None = None, state: str | None = None,
+            max_images: int = 12, log_path: str | os.PathLike | None = None,
             start_timeout_s: float = SERVER_START_TIMEOUT_S) -> Iterator[Server]:
     """Run the app on ``run_dir`` until the block ends; the server (and its kernels) is then stopped.
 
     The run folder is opened first, so a wrong path or an unfinished run fails here with the explorer's
-    message, not inside a page.
+    message, not inside a page.  ``state`` None: the last state the run has (the ``.pte`` once it exists).
     """
     from .explorer import load
 
     data = load(run_dir)
+    state = state or data.states[-1]
     if state not in data.states:
         raise ValueError(f"state {state!r} has no predictions in {run_dir}; available: "
                          f"{', '.join(data.states)}")
@@ -116,7 +117,7 @@ def serving(run_dir: str | os.PathLike, port: int | None = None, state: str = "p
                 log.close()
 
 
-def serve(run_dir: str | os.PathLike, port: int | None = None, state: str = "pte", max_images: int = 12,
+def serve(run_dir: str | os.PathLike, port: int | None = None, state: str | None = None, max_images: int = 12,
           say: Callable[[str], None] = print) -> int:
     """The ``explore`` command: serve until Ctrl-C (or until Voilà exits), then stop."""
     with serving(run_dir, port, state, max_images) as server:

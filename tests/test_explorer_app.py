@@ -39,7 +39,7 @@ def test_voila_listens_on_loopback_only() -> None:
 
 def test_cli_names_the_explore_command() -> None:
     args = build_parser().parse_args(["explore", "--run-dir", "runs/x", "--port", "8999"])
-    assert (args.command, args.run_dir, args.port, args.state) == ("explore", "runs/x", 8999, "pte")
+    assert (args.command, args.run_dir, args.port, args.state) == ("explore", "runs/x", 8999, None)
 
 
 def test_a_wrong_run_folder_fails_before_any_server(tmp_path: Path) -> None:
