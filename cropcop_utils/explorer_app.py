@@ -9,6 +9,7 @@ listens on 127.0.0.1 only, its cells run under a time limit, and :func:`serving`
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "explore_error
 HOST = "127.0.0.1"  # never a public interface: the app reads a run folder and the corpus it points at
 CELL_TIMEOUT_S = 600   # one cell loads and verifies a run; minutes at most even on a real corpus
 KERNEL_START_TIMEOUT_S = 120
-SERVER_START_TIMEOUT_S = 90  # Voilà imports jupyter_server and its extensions before it listens
+SERVER_START_TIMEOUT_S = 180  # Voilà imports jupyter_server and its extensions first (slow on a busy machine)
 
 
 @dataclass
@@ -119,7 +120,9 @@ def serving(run_dir: str | os.PathLike, port: int | None = None, state: str | No
 
 def serve(run_dir: str | os.PathLike, port: int | None = None, state: str | None = None, max_images: int = 12,
           say: Callable[[str], None] = print) -> int:
-    """The ``explore`` command: serve until Ctrl-C (or until Voilà exits), then stop."""
+    """The ``explore`` command: serve until Ctrl-C, SIGTERM or Voilà's own exit, then stop Voilà."""
+    # SIGTERM (a `kill`, a closed session) unwinds like Ctrl-C, so `serving` still stops the server
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with serving(run_dir, port, state, max_images) as server:
         say(f"Error explorer on {Path(run_dir).resolve()}: open {server.url} (Ctrl-C stops it)")
         try:
