@@ -129,7 +129,8 @@ def confusion_row(data: ExplorerData, label: int, by: str = "true") -> pd.DataFr
         index_name = "true class"
     table = pd.DataFrame({model_states.STATE_LABELS[s]: c for s, c in counts.items()},
                          index=pd.Index(data.classes["class_name"], name=index_name))
-    table = table[table.sum(axis=1) > 0]
+    is_self = table.index == data.name(label)
+    table = table[(table.sum(axis=1) > 0) | is_self]  # the class itself stays, even when no row is kept
     is_self = table.index == data.name(label)
     return pd.concat([table[is_self], table[~is_self].sort_values(list(table.columns)[-1], ascending=False)])
 
@@ -278,7 +279,7 @@ def browser(data: ExplorerData, state: str = "pte", max_images: int = 12):
                                layout=widgets.Layout(width="auto"))
     text, gallery = widgets.HTML(), widgets.HTML()
     for widget, name in ((picker, "class"), (by, "by"), (state_picker, "state"), (changed, "changed"),
-                         (text, "tables"), (gallery, "gallery")):
+                         (text, "tables"), (gallery, "thumbnails")):
         widget.add_class(f"cropcop-{name}")
     relabelling = False
 

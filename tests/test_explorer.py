@@ -154,7 +154,7 @@ def _widget(view, name: str):
 
 def test_browser_redraws_when_a_class_is_picked(run, data) -> None:
     view = explorer.browser(data, "pte", max_images=4)
-    picker, text, gallery = (_widget(view, name) for name in ("class", "tables", "gallery"))
+    picker, text, gallery = (_widget(view, name) for name in ("class", "tables", "thumbnails"))
     assert picker.value == data.first_class
     assert data.name(0) in text.value and "cropcop-thumb" in gallery.value
     first_gallery = gallery.value
@@ -170,7 +170,7 @@ def test_browser_redraws_when_a_class_is_picked(run, data) -> None:
 def test_browser_filters_keep_the_class_and_redraw(run, data) -> None:
     view = explorer.browser(data, "pte", max_images=50)
     picker, by, state, changed, text, gallery = (
-        _widget(view, name) for name in ("class", "by", "state", "changed", "tables", "gallery"))
+        _widget(view, name) for name in ("class", "by", "state", "changed", "tables", "thumbnails"))
     picker.value = 5
     by.value = "pred"  # new option texts; the picked class stays
     assert picker.value == 5 and "predicted," in picker.label

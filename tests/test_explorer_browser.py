@@ -98,6 +98,18 @@ def open_pick_and_check(run_dir: Path, folder: Path, state: str = "pte", max_ima
         wait.until(lambda d: image.size["width"] > small)
         assert thumbs[0].find_element(By.TAG_NAME, "details").get_attribute("open") is not None
         driver.save_screenshot(str(screenshot))
+
+        # the filter a reader reaches for next: the rows other classes lost to this one
+        came_in = explorer.misclassified(data, target, state, by="pred")
+        driver.find_element(By.XPATH, "//*[contains(@class, 'cropcop-by')]"
+                                      "//button[normalize-space()='predicted class']").click()
+        wait.until(lambda d: f"{len(came_in)} test rows of other classes" in tables.text)
+        header = driver.find_element(By.CSS_SELECTOR, ".cropcop-confusion thead tr:last-child th")
+        assert header.text == "true class"
+        expected = min(max_images, len(came_in))
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".cropcop-thumb")) == expected
+                   and (expected or d.find_elements(By.CSS_SELECTOR, ".cropcop-gallery-empty")))
+        driver.save_screenshot(str(folder / "explorer_predicted.png"))
     assert server.process.poll() is not None, "the explorer's server outlived the test"
     return screenshot
 
