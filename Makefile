@@ -7,7 +7,7 @@ PROFILE ?= default
 RUN_DIR ?= runs/$(PROFILE)
 UNTIL   ?=
 
-.PHONY: book test lint venv bench clean
+.PHONY: book test lint venv bench clean explore
 
 # The stamp is rebuilt when the requirements change; pip takes torch/torchvision from the local disk.
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -20,6 +20,10 @@ venv: $(VENV)/.installed
 
 book: venv
 	$(PY) -m cropcop_utils book --data $(DATA) --profile $(PROFILE) --run-dir $(RUN_DIR) $(if $(UNTIL),--until $(UNTIL))
+
+# The error explorer as an app on a finished run (Voilà on 127.0.0.1; prints its URL; Ctrl-C stops it).
+explore: venv
+	$(PY) -m cropcop_utils explore --run-dir $(RUN_DIR) $(if $(PORT),--port $(PORT))
 
 lint: venv
 	$(VENV)/bin/ruff check cropcop_utils tests bench

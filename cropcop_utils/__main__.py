@@ -20,11 +20,23 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--run-dir", default=None, help="run folder (default: runs/<profile>)")
     book.add_argument("--until", default=None, help="run the chain only up to this chapter (e.g. audit)")
     book.add_argument("--no-html", action="store_true", help="execute the notebooks but skip the HTML build")
+    explore = commands.add_parser("explore", help="serve the error explorer on a run folder (127.0.0.1)")
+    explore.add_argument("--run-dir", required=True, help="a run folder that reached training or later")
+    explore.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
+    explore.add_argument("--state", default=None, help="state shown first (default: the last)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "explore":
+        from .explorer_app import serve
+
+        try:
+            return serve(args.run_dir, port=args.port, state=args.state)
+        except (ValueError, FileNotFoundError, RuntimeError, TimeoutError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     from .book import ChapterFailed, run_book
 
     run_dir = args.run_dir or f"runs/{args.profile}"
