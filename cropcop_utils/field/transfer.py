@@ -44,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     "gradcam_images": 64, "gradcam_batch": 16, "gradcam_stage": -1, "occlusion_images": 16,
     "occlusion_window": 8, "occlusion_stride": 4, "occlusion_cells": ["lab_plain", "lab_field"],
     "mask_iou_target": 0.9, "gallery_n": 4,
+    "failure_rules": {"collapse_ratio": 0.5, "background_share": 0.5, "off_leaf_mass": 0.5,
+                      "paste_changed_rate": 0.1},
 }
 TEST_REASON = ("chapter 10 (field): leaves of locked test photos pasted on other backgrounds and scored "
                "by every state (background-swap benchmark, attribution); evaluation only, nothing is "
@@ -346,7 +348,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
 
     plots = save_figures(ch, results, swap, lab, iou, manifest, cohort, root, gallery, confusions, names)
     summary = headline_figures(results, swap, looks)
-    return ch.finish(
+    record = ch.finish(
         figures=summary, plots=plots, params=params,
         status="measured" if cohort is not None else "no_field_cohort",
         reason=None if cohort is not None else (
@@ -367,8 +369,12 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         swap={"cells_described": comp.describe_cells(), "n": {c: int((manifest["cell"] == c).sum())
                                                               for c in comp.COMPOSITE_CELLS},
               "states": swap},
-        test_access=accesses,
+        test_access=accesses, classes=names, image=ctx.section("image"),
     )
+    from .. import card
+
+    card.write_card(ctx.run_dir)
+    return record
 
 
 def headline_figures(results: dict[str, Any], swap: dict[str, Any], looks: dict[str, Any]) -> dict[str, Any]:
