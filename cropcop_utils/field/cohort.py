@@ -141,7 +141,7 @@ def scan_field(
     masks = _mask_files(root)
     index = {name: i for i, name in enumerate(lab_classes)}
 
-    rows, quarantined, left_out, used_masks = [], [], [], set()
+    rows, quarantined, left_out = [], [], []
     for entry, probe in zip(entries, probes, strict=True):
         rel, cls = entry.rel_path, entry.class_name
         reason, detail = entry.layout_reason, entry.layout_detail
@@ -159,8 +159,6 @@ def scan_field(
                                 "reason": reason, "detail": detail})
             continue
         mask = masks.get(f"{cls}/{Path(rel).stem}")
-        if mask is not None:
-            used_masks.add(mask)
         rows.append({"row_id": field_row_id(rel), "rel_path": rel, "class_name": cls, "label": index[cls],
                      "source_label": meta.source_label if meta is not None and meta.source_label else cls,
                      "mask_rel_path": mask, "bytes": probe["bytes"], "sha256": probe["sha256"],
@@ -176,6 +174,7 @@ def scan_field(
     unmatched = sorted(folders - set(index))
     untested = [c for c in lab_classes if c not in set(frame["class_name"])]
     seen_paths = {e.rel_path for e in entries}
+    seen_keys = {f"{e.class_name}/{Path(e.rel_path).stem}" for e in entries}
     reasons = Counter(quarantine["reason"])
     per_source: dict[str, dict[str, int]] = {}
     for (cls, source), n in frame.groupby(["class_name", "source_label"]).size().items():
@@ -198,7 +197,7 @@ def scan_field(
         "labels_csv_entries": 0 if labels is None else len(labels),
         "labels_csv_without_file": sorted(set(listed) - seen_paths),
         "with_mask": int(frame["mask_rel_path"].notna().sum()),
-        "masks_without_image": sorted(set(masks.values()) - used_masks),
+        "masks_without_image": sorted(m for key, m in masks.items() if key not in seen_keys),
     }
     return FieldScan(root=root, rows=frame, quarantine=quarantine.reset_index(drop=True),
                      left_out=left.reset_index(drop=True), unmatched_classes=unmatched,

@@ -1,0 +1,117 @@
+"""Leaf masks for lab photographs by a classical method, and the measures that check them.
+
+:func:`leaf_mask` — why these steps:
+
+1. **Plant colour score.**  Lab backdrops (PlantVillage's grey-purple card, a bench, a scanner lid) are
+   nearly colourless, and so are the leaf's shadow and a camera's frame; a leaf is green, yellow or
+   brown.  The score is the pixel's chroma (max − min of R, G, B: unlike HSV saturation it stays low in
+   dark noise) where its hue lies between orange-brown and green-cyan, and a fraction of it elsewhere
+   (a teal frame or a purple card is coloured but not plant-coloured).
+2. **Otsu threshold** of the smoothed score (with a floor, so a colourless photo is not split in two by
+   noise), the largest connected region, holes filled: dark or pale lesions enclosed by leaf tissue
+   stay in the leaf.
+3. **GrabCut** (OpenCV) seeded from that region — certain leaf inside an eroded core, certain
+   background far outside, "probably" in between — learns the photo's own leaf and background colours
+   and moves the boundary onto the real edge (brown margins that the score ranks low, soft shadows it
+   ranks high).  The largest region is kept and its holes filled again.
+
+Masks are boolean arrays of the photo's height and width; on disk, 8-bit PNGs with the leaf white.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+from PIL import Image
+from scipy import ndimage
+
+# OpenCV hue runs 0..179 (degrees / 2): 8..82 is orange-brown through yellow and green to green-cyan.
+PLANT_HUE = (8, 82)
+OFF_HUE_WEIGHT = 0.35      # coloured but not plant-coloured (purple card, teal frame) counts this much
+MIN_THRESHOLD = 18.0       # chroma grey levels: below this nothing is called leaf, whatever Otsu says
+GRABCUT_ITERATIONS = 4
+CORE_ERODE = 0.06          # certain-leaf core: the region eroded by this share of the image side
+BACKGROUND_MARGIN = 0.12   # certain background: farther than this share of the side from the region
+
+
+def plant_score(rgb: np.ndarray) -> np.ndarray:
+    """Chroma weighted by hue (float32, 0..255): high on leaf tissue, low on colourless backdrops."""
+    rgb = _as_rgb(rgb)
+    chroma = (rgb.max(axis=2).astype(np.float32) - rgb.min(axis=2).astype(np.float32))
+    hue = cv2.cvtColor(rgb, cv2.COLOR_RGB2HSV)[..., 0]
+    weight = np.where((hue >= PLANT_HUE[0]) & (hue <= PLANT_HUE[1]), 1.0, OFF_HUE_WEIGHT)
+    return chroma * weight.astype(np.float32)
+
+
+def leaf_mask(rgb: np.ndarray, grabcut: bool = True) -> np.ndarray:
+    """The leaf of a lab photograph (H×W×3 uint8 RGB) as a boolean H×W mask; all False if none is found."""
+    rgb = _as_rgb(rgb)
+    side = min(rgb.shape[:2])
+    score = cv2.GaussianBlur(plant_score(rgb), (0, 0), max(0.6, side / 160))
+    scaled = np.clip(score, 0, 255).astype(np.uint8)
+    otsu, _ = cv2.threshold(scaled, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+    seed = largest_region(score > max(float(otsu), MIN_THRESHOLD))
+    if not seed.any() or not grabcut:
+        return seed
+    return _grabcut(rgb, seed, side)
+
+
+def _grabcut(rgb: np.ndarray, seed: np.ndarray, side: int) -> np.ndarray:
+    core = ndimage.binary_erosion(seed, iterations=max(1, round(CORE_ERODE * side)))
+    if not core.any():
+        core = seed
+    near = ndimage.binary_dilation(seed, iterations=max(1, round(BACKGROUND_MARGIN * side)))
+    labels = np.full(seed.shape, cv2.GC_BGD, np.uint8)
+    labels[near] = cv2.GC_PR_BGD
+    labels[seed] = cv2.GC_PR_FGD
+    labels[core] = cv2.GC_FGD
+    if (labels == cv2.GC_BGD).sum() < 16:  # a leaf filling the frame leaves no certain background
+        labels[labels == cv2.GC_BGD] = cv2.GC_PR_BGD
+        border = np.zeros_like(seed)
+        border[[0, -1], :] = border[:, [0, -1]] = True
+        labels[border & ~seed] = cv2.GC_BGD
+    background, foreground = np.zeros((1, 65), np.float64), np.zeros((1, 65), np.float64)
+    try:
+        cv2.grabCut(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), labels, None, background, foreground,
+                    GRABCUT_ITERATIONS, cv2.GC_INIT_WITH_MASK)
+    except cv2.error:  # degenerate colour statistics (e.g. a flat image): keep the colour-score mask
+        return seed
+    refined = largest_region((labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD))
+    return refined if refined.any() else seed
+
+
+def largest_region(mask: np.ndarray) -> np.ndarray:
+    """The largest 8-connected region of a boolean mask, holes filled (all False stays all False)."""
+    labels, n = ndimage.label(mask, structure=np.ones((3, 3)))
+    if n == 0:
+        return np.zeros(mask.shape, bool)
+    sizes = np.bincount(labels.ravel())[1:]
+    return ndimage.binary_fill_holes(labels == int(np.argmax(sizes)) + 1)
+
+
+def mask_iou(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Intersection over union of two boolean masks of one shape; None when both are empty."""
+    a, b = np.asarray(a, bool), np.asarray(b, bool)
+    if a.shape != b.shape:
+        raise ValueError(f"masks differ in shape: {a.shape} vs {b.shape}")
+    union = int(np.count_nonzero(a | b))
+    return None if union == 0 else int(np.count_nonzero(a & b)) / union
+
+
+def load_mask(path: str | os.PathLike) -> np.ndarray:
+    """A mask file (any image; leaf = brighter than half grey) as a boolean array."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such mask file")
+    with Image.open(path) as opened:
+        return np.asarray(opened.convert("L")) >= 128
+
+
+def _as_rgb(rgb: np.ndarray) -> np.ndarray:
+    rgb = np.asarray(rgb)
+    if rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"expected an RGB image of shape (H, W, 3), got {rgb.shape}")
+    return np.ascontiguousarray(rgb, dtype=np.uint8)
