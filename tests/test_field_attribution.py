@@ -14,12 +14,12 @@ def test_off_leaf_mass_of_a_constructed_map():
     attribution = np.zeros((10, 10))
     leaf = np.zeros((10, 10), dtype=bool)
     leaf[:, :5] = True
-    attribution[2, 2] = 3.0          # on the leaf
-    attribution[7, 8] = 1.0          # off the leaf
-    attribution[8, 8] = -5.0         # evidence against the class: not attention, counts as zero
+    attribution[2, 2] = 3.0  # on the leaf
+    attribution[7, 8] = 1.0  # off the leaf
+    attribution[8, 8] = -5.0  # evidence against the class: not attention, counts as zero
     assert attr.off_leaf_mass(attribution, leaf) == pytest.approx(0.25)
     assert attr.off_leaf_mass(np.ones((10, 10)), leaf) == pytest.approx(0.5)
-    assert attr.off_leaf_mass(np.zeros((10, 10)), leaf) is None        # no mass: undefined, not 0
+    assert attr.off_leaf_mass(np.zeros((10, 10)), leaf) is None  # no mass: undefined, not 0
     with pytest.raises(attr.AttributionError, match="differ in shape"):
         attr.off_leaf_mass(np.ones((4, 4)), leaf)
     masses = attr.off_leaf_masses(np.stack([attribution, np.zeros((10, 10))]), [leaf, leaf])
@@ -81,7 +81,7 @@ def test_occlusion_on_a_black_box_stays_near_the_evidence():
     model = Brightness().eval()
     calls: list[int] = []
 
-    def black_box(batch: torch.Tensor) -> torch.Tensor:    # no module, no gradients: a callable only
+    def black_box(batch: torch.Tensor) -> torch.Tensor:  # no module, no gradients: a callable only
         calls.append(len(batch))
         with torch.no_grad():
             return model(batch)
@@ -89,10 +89,10 @@ def test_occlusion_on_a_black_box_stays_near_the_evidence():
     window, stride = 4, 2
     maps = attr.occlusion(black_box, image, [0], window=window, stride=stride, max_batch=8)
     assert max(calls) <= 8
-    assert sum(calls) == attr.occlusion_windows(16, window, stride) + 1   # + the unoccluded pass
+    assert sum(calls) == attr.occlusion_windows(16, window, stride) + 1  # + the unoccluded pass
     near = np.zeros_like(leaf)
-    near[3 - window + 1:9 + window - 1, 4 - window + 1:10 + window - 1] = True
+    near[3 - window + 1 : 9 + window - 1, 4 - window + 1 : 10 + window - 1] = True
     assert attr.off_leaf_mass(maps[0], near) == pytest.approx(0.0, abs=1e-6)
-    assert attr.off_leaf_mass(maps[0], leaf) > 0.0          # a window's blur spills past the leaf
+    assert attr.off_leaf_mass(maps[0], leaf) > 0.0  # a window's blur spills past the leaf
     with pytest.raises(attr.AttributionError, match="stride"):
         attr.occlusion(black_box, image, [0], window=20, stride=2)

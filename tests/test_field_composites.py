@@ -23,14 +23,15 @@ def test_every_composite_keeps_the_leaf_pixels_bit_for_bit():
     donor, donor_mask = _leaf_photo(rng, shape=(50, 50), backdrop=(180, 190, 200))
     field_photo = rng.integers(0, 256, size=(120, 90, 3), dtype=np.uint8)
     field_leaf, field_mask = _leaf_photo(rng, shape=(60, 80), backdrop=(20, 90, 30))
-    made = {"lab_field": (comp.lab_field(lab, lab_mask, field_photo), lab, lab_mask),
-            "paste_control": (comp.paste_control(lab, lab_mask, donor, donor_mask), lab, lab_mask),
-            "field_plain": (comp.field_plain(field_leaf, field_mask, donor, donor_mask), field_leaf,
-                            field_mask)}
+    made = {
+        "lab_field": (comp.lab_field(lab, lab_mask, field_photo), lab, lab_mask),
+        "paste_control": (comp.paste_control(lab, lab_mask, donor, donor_mask), lab, lab_mask),
+        "field_plain": (comp.field_plain(field_leaf, field_mask, donor, donor_mask), field_leaf, field_mask),
+    }
     for cell, (image, source, mask) in made.items():
         assert image.shape == source.shape and image.dtype == np.uint8, cell
         assert np.array_equal(image[mask], source[mask]), cell
-        assert not np.array_equal(image[~mask], source[~mask]), cell   # the background did change
+        assert not np.array_equal(image[~mask], source[~mask]), cell  # the background did change
 
 
 def test_plain_background_removes_the_donors_leaf():
@@ -44,7 +45,7 @@ def test_plain_background_removes_the_donors_leaf():
 
 def test_background_is_fitted_by_cover_and_centre_crop():
     wide = np.zeros((10, 40, 3), dtype=np.uint8)
-    wide[:, 18:22] = 255                          # a white band in the middle (scaled ×2: columns 36..43)
+    wide[:, 18:22] = 255  # a white band in the middle (scaled ×2: columns 36..43)
     fitted = comp.fit_background(wide, 20, 20)
     assert fitted.shape == (20, 20, 3)
     assert fitted[:, 8:12].min() > 200 and fitted[:, 0].max() < 50
@@ -63,13 +64,15 @@ def test_bad_leaf_input_is_refused_clearly():
 def test_gap_formula():
     share, reason = comp.background_share(0.90, 0.60, 0.30, min_gap=0.01)
     assert share == pytest.approx(0.5) and reason is None
-    share, _ = comp.background_share(0.90, 0.95, 0.30, min_gap=0.01)   # background helps: negative share
+    share, _ = comp.background_share(0.90, 0.95, 0.30, min_gap=0.01)  # background helps: negative share
     assert share == pytest.approx(-1 / 12)
-    for field in (0.90, 0.895, 0.95):                                    # gap ~0 or negative: undefined
+    for field in (0.90, 0.895, 0.95):  # gap ~0 or negative: undefined
         share, reason = comp.background_share(0.90, 0.70, field, min_gap=0.01)
         assert share is None and "gap" in reason
     resampled = comp.background_share_resampled([0.9, 0.9, 0.9], [0.6, 0.8, 0.7], [0.3, 0.9, 0.5], 0.01)
-    assert resampled[0] == pytest.approx(0.5) and np.isnan(resampled[1]) and resampled[2] == pytest.approx(0.5)
+    assert (
+        resampled[0] == pytest.approx(0.5) and np.isnan(resampled[1]) and resampled[2] == pytest.approx(0.5)
+    )
 
 
 def test_partners_come_from_the_same_class_and_never_the_row_itself():
@@ -77,5 +80,5 @@ def test_partners_come_from_the_same_class_and_never_the_row_itself():
     pool = np.array([0, 0, 1, 1, 2])
     picks, same = comp.pick_partners(np.array([0, 1, 2, 3]), pool, rng, exclude=np.array([0, -1, 4, -1]))
     assert picks[0] == 1 and pool[picks[1]] == 1
-    assert list(same) == [True, True, False, False]          # class 2's only photo is the row itself
+    assert list(same) == [True, True, False, False]  # class 2's only photo is the row itself
     assert picks[2] != 4

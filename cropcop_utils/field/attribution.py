@@ -34,8 +34,10 @@ def off_leaf_mass(attribution: np.ndarray, leaf_mask: np.ndarray) -> float | Non
     attribution = np.asarray(attribution, dtype=np.float64)
     leaf_mask = np.asarray(leaf_mask, dtype=bool)
     if attribution.shape != leaf_mask.shape:
-        raise AttributionError(f"attribution map {attribution.shape} and leaf mask {leaf_mask.shape} differ "
-                               "in shape; bring the mask onto the model's grid (mask_on_model_grid)")
+        raise AttributionError(
+            f"attribution map {attribution.shape} and leaf mask {leaf_mask.shape} differ "
+            "in shape; bring the mask onto the model's grid (mask_on_model_grid)"
+        )
     mass = np.clip(np.nan_to_num(attribution, nan=0.0), 0.0, None)
     total = float(mass.sum())
     if total <= 0.0:
@@ -64,7 +66,7 @@ def mask_on_model_grid(mask: np.ndarray, size: int) -> np.ndarray:
     side = max(height, width)
     square = np.zeros((side, side), dtype=np.uint8)
     top, left = (side - height) // 2, (side - width) // 2
-    square[top:top + height, left:left + width] = mask
+    square[top : top + height, left : left + width] = mask
     resized = Image.fromarray(square * 255).resize((size, size), Image.Resampling.NEAREST)
     return np.asarray(resized) > 127
 
@@ -74,18 +76,26 @@ def feature_stage(model: torch.nn.Module, stage: int = -1) -> tuple[str, torch.n
     """The (name, module) of a timm feature stage (``feature_info``), indexed like a list."""
     info = getattr(model, "feature_info", None)
     if not info:
-        raise AttributionError(f"{type(model).__name__} has no timm feature_info: no stage to attach "
-                               "Grad-CAM to")
+        raise AttributionError(
+            f"{type(model).__name__} has no timm feature_info: no stage to attach Grad-CAM to"
+        )
     try:
         name = info[stage]["module"]
     except IndexError:
-        raise AttributionError(f"field.gradcam_stage {stage} is out of range: {type(model).__name__} has "
-                               f"{len(info)} feature stages") from None
+        raise AttributionError(
+            f"field.gradcam_stage {stage} is out of range: {type(model).__name__} has "
+            f"{len(info)} feature stages"
+        ) from None
     return name, model.get_submodule(name)
 
 
-def gradcam(model: torch.nn.Module, images: torch.Tensor, targets: Sequence[int], stage: int = -1,
-            batch_size: int = 16) -> np.ndarray:
+def gradcam(
+    model: torch.nn.Module,
+    images: torch.Tensor,
+    targets: Sequence[int],
+    stage: int = -1,
+    batch_size: int = 16,
+) -> np.ndarray:
     """Grad-CAM maps (N, S, S) in [0, 1] of ``images`` (N, 3, S, S) for the class ``targets[i]``.
 
     Each map is min-max scaled by the package, as Grad-CAM is published; off-leaf mass is a share, so
@@ -103,8 +113,8 @@ def gradcam(model: torch.nn.Module, images: torch.Tensor, targets: Sequence[int]
     maps = []
     with GradCAM(model=model, target_layers=[layer]) as cam:
         for start in range(0, len(images), batch_size):
-            batch = images[start:start + batch_size]
-            chosen = [ClassifierOutputTarget(int(t)) for t in targets[start:start + batch_size]]
+            batch = images[start : start + batch_size]
+            chosen = [ClassifierOutputTarget(int(t)) for t in targets[start : start + batch_size]]
             maps.append(cam(input_tensor=batch, targets=chosen).astype(np.float32))
     return np.concatenate(maps)
 
@@ -123,8 +133,14 @@ def gradcam_grid(model: torch.nn.Module, size: int, stage: int = -1) -> int:
 
 
 # --------------------------------------------------------------------------- occlusion (any state)
-def occlusion(forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, targets: Sequence[int],
-              window: int, stride: int, max_batch: int | None = None) -> np.ndarray:
+def occlusion(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    images: torch.Tensor,
+    targets: Sequence[int],
+    window: int,
+    stride: int,
+    max_batch: int | None = None,
+) -> np.ndarray:
     """Occlusion maps (N, S, S): how much the target class's probability drops when a window is blanked.
 
     ``forward`` is any batch → logits callable (a float model, the INT8 graph, the .pte's method).  The
@@ -138,8 +154,9 @@ def occlusion(forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Ten
         raise AttributionError(f"{len(images)} images but {len(targets)} target classes")
     size = images.shape[-1]
     if not 1 <= stride <= window <= size:
-        raise AttributionError(f"occlusion needs 1 <= stride ({stride}) <= window ({window}) <= image "
-                               f"size ({size})")
+        raise AttributionError(
+            f"occlusion needs 1 <= stride ({stride}) <= window ({window}) <= image size ({size})"
+        )
 
     def probability(batch: torch.Tensor) -> torch.Tensor:
         return torch.softmax(torch.as_tensor(forward(batch.contiguous())).float(), dim=-1)
@@ -149,14 +166,19 @@ def occlusion(forward: Callable[[torch.Tensor], torch.Tensor], images: torch.Ten
     maps = []
     with torch.inference_mode():
         for image, target in zip(images, targets, strict=True):
-            attribution = method.attribute(image[None], sliding_window_shapes=(3, window, window),
-                                           strides=(3, stride, stride), baselines=0.0, target=int(target),
-                                           perturbations_per_eval=per_eval)
+            attribution = method.attribute(
+                image[None],
+                sliding_window_shapes=(3, window, window),
+                strides=(3, stride, stride),
+                baselines=0.0,
+                target=int(target),
+                perturbations_per_eval=per_eval,
+            )
             maps.append(attribution[0].mean(0).numpy().astype(np.float32))
     return np.stack(maps) if maps else np.empty((0, size, size), dtype=np.float32)
 
 
 def occlusion_windows(size: int, window: int, stride: int) -> int:
     """Forward passes per image (windows per side squared): the cost the profile trades against n."""
-    per_side = -(-(size - window) // stride) + 1   # captum's shift count: ceil((size - window) / stride) + 1
+    per_side = -(-(size - window) // stride) + 1  # captum's shift count: ceil((size - window) / stride) + 1
     return per_side * per_side

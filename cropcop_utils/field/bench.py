@@ -22,15 +22,25 @@ from ..evidence import Chapter, atomic_write_bytes, row_id
 from . import composites as comp
 
 COMPOSITES = "field/composites"
-MANIFEST_COLUMNS = ["row_id", "rel_path", "cell", "source_row_id", "source_rel_path", "label", "class_name",
-                    "backdrop", "backdrop_rel_path", "backdrop_same_class"]
+MANIFEST_COLUMNS = [
+    "row_id",
+    "rel_path",
+    "cell",
+    "source_row_id",
+    "source_rel_path",
+    "label",
+    "class_name",
+    "backdrop",
+    "backdrop_rel_path",
+    "backdrop_same_class",
+]
 
 
 @dataclass
 class LeafSet:
     """Photos with their leaf masks at native resolution (row_id → mask) and where they live."""
 
-    rows: pd.DataFrame            # row_id, rel_path, label, class_name
+    rows: pd.DataFrame  # row_id, rel_path, label, class_name
     root: Path
     masks: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -69,9 +79,16 @@ def mask_iou_table(run_dir: Path, leaves: LeafSet) -> pd.DataFrame:
     for r in leaves.rows.itertuples():
         truth = lab_true_mask(run_dir, r.class_name, r.rel_path)
         if truth is not None:
-            rows.append({"row_id": r.row_id, "rel_path": r.rel_path, "class_name": r.class_name,
-                         "iou": float(mask_iou(leaves.masks[r.row_id], load_mask(truth))),
-                         "leaf_share": float(leaves.masks[r.row_id].mean())})
+            iou = mask_iou(leaves.masks[r.row_id], load_mask(truth))
+            rows.append(
+                {
+                    "row_id": r.row_id,
+                    "rel_path": r.rel_path,
+                    "class_name": r.class_name,
+                    "iou": np.nan if iou is None else float(iou),  # both empty: undefined, not counted
+                    "leaf_share": float(leaves.masks[r.row_id].mean()),
+                }
+            )
     return pd.DataFrame(rows, columns=["row_id", "rel_path", "class_name", "iou", "leaf_share"])
 
 
@@ -90,7 +107,9 @@ class Backdrops:
                 from .masks import leaf_mask
 
                 self.donors.masks[r.row_id] = np.asarray(leaf_mask(self.donors.rgb(r.rel_path)), dtype=bool)
-            self._plain[index] = comp.plain_background(self.donors.rgb(r.rel_path), self.donors.masks[r.row_id])
+            self._plain[index] = comp.plain_background(
+                self.donors.rgb(r.rel_path), self.donors.masks[r.row_id]
+            )
         return self._plain[index]
 
 
@@ -104,8 +123,14 @@ def _write_png(ch: Chapter, rel_path: str, rgb: np.ndarray) -> None:
     ch.record_output(f"{COMPOSITES}/{rel_path}")
 
 
-def build(ch: Chapter, lab: LeafSet, field_rows: pd.DataFrame | None, field_root: Path | None,
-          donors: LeafSet, seed: int) -> pd.DataFrame:
+def build(
+    ch: Chapter,
+    lab: LeafSet,
+    field_rows: pd.DataFrame | None,
+    field_root: Path | None,
+    donors: LeafSet,
+    seed: int,
+) -> pd.DataFrame:
     """Write every composite of the three composite cells; returns their manifest (MANIFEST_COLUMNS).
 
     ``field_rows`` are the field cohort's admitted rows (None: no cohort, so no lab_field and no
@@ -120,17 +145,36 @@ def build(ch: Chapter, lab: LeafSet, field_rows: pd.DataFrame | None, field_root
     def add(cell: str, source: Any, image: np.ndarray, backdrop: str, backdrop_rel: str, same: bool) -> None:
         rel = f"{cell}/{source.row_id}.png"
         _write_png(ch, rel, image)
-        manifest.append({"row_id": row_id(f"{COMPOSITES}/{rel}"), "rel_path": rel, "cell": cell,
-                         "source_row_id": source.row_id, "source_rel_path": source.rel_path,
-                         "label": int(source.label), "class_name": source.class_name, "backdrop": backdrop,
-                         "backdrop_rel_path": backdrop_rel, "backdrop_same_class": bool(same)})
+        manifest.append(
+            {
+                "row_id": row_id(f"{COMPOSITES}/{rel}"),
+                "rel_path": rel,
+                "cell": cell,
+                "source_row_id": source.row_id,
+                "source_rel_path": source.rel_path,
+                "label": int(source.label),
+                "class_name": source.class_name,
+                "backdrop": backdrop,
+                "backdrop_rel_path": backdrop_rel,
+                "backdrop_same_class": bool(same),
+            }
+        )
 
     lab_labels = lab.rows["label"].to_numpy()
-    picks, same = comp.pick_partners(lab_labels, backdrops.classes, rng)
+    # "another lab photo": never the leaf's own photo, should the donor pool hold it
+    donor_index = {path: i for i, path in enumerate(donors.rows["rel_path"])}
+    own = np.array([donor_index.get(path, -1) for path in lab.rows["rel_path"]])
+    picks, same = comp.pick_partners(lab_labels, backdrops.classes, rng, exclude=own)
     for r, pick, ok in zip(lab.rows.itertuples(), picks, same, strict=True):
         image = comp.composite(lab.rgb(r.rel_path), lab.masks[r.row_id], backdrops.plain(int(pick)))
-        add("paste_control", r, image, "lab train photo, leaf inpainted",
-            str(donors.rows.iloc[int(pick)]["rel_path"]), ok)
+        add(
+            "paste_control",
+            r,
+            image,
+            "lab train photo, leaf inpainted",
+            str(donors.rows.iloc[int(pick)]["rel_path"]),
+            ok,
+        )
     if field_rows is None or field_root is None or len(field_rows) == 0:
         return pd.DataFrame(manifest, columns=MANIFEST_COLUMNS)
     field_labels = field_rows["label"].to_numpy()
@@ -138,8 +182,14 @@ def build(ch: Chapter, lab: LeafSet, field_rows: pd.DataFrame | None, field_root
     for r, pick, ok in zip(lab.rows.itertuples(), picks, same, strict=True):
         backdrop_rel = str(field_rows.iloc[int(pick)]["rel_path"])
         field_rgb = np.asarray(imaging.open_rgb(field_root / backdrop_rel), dtype=np.uint8)
-        add("lab_field", r, comp.lab_field(lab.rgb(r.rel_path), lab.masks[r.row_id], field_rgb),
-            "field photograph", backdrop_rel, ok)
+        add(
+            "lab_field",
+            r,
+            comp.lab_field(lab.rgb(r.rel_path), lab.masks[r.row_id], field_rgb),
+            "field photograph",
+            backdrop_rel,
+            ok,
+        )
     masked = field_rows[field_rows["mask_rel_path"].notna()]
     picks, same = comp.pick_partners(masked["label"].to_numpy(), backdrops.classes, rng)
     for r, pick, ok in zip(masked.itertuples(), picks, same, strict=True):
@@ -147,29 +197,50 @@ def build(ch: Chapter, lab: LeafSet, field_rows: pd.DataFrame | None, field_root
         leaf_mask = np.asarray(load_mask(field_root / r.mask_rel_path), dtype=bool)
         if leaf_mask.shape != leaf_rgb.shape[:2] or not leaf_mask.any():
             continue  # a mask that does not fit its photo cannot define the leaf; counted by the chapter
-        add("field_plain", r, comp.composite(leaf_rgb, leaf_mask, backdrops.plain(int(pick))),
-            "lab train photo, leaf inpainted", str(donors.rows.iloc[int(pick)]["rel_path"]), ok)
+        add(
+            "field_plain",
+            r,
+            comp.composite(leaf_rgb, leaf_mask, backdrops.plain(int(pick))),
+            "lab train photo, leaf inpainted",
+            str(donors.rows.iloc[int(pick)]["rel_path"]),
+            ok,
+        )
     return pd.DataFrame(manifest, columns=MANIFEST_COLUMNS)
 
 
-def cell_frames(lab_records: dict[str, pd.DataFrame], lab_rows: pd.DataFrame,
-                field_records: dict[str, pd.DataFrame] | None, swap_records: dict[str, pd.DataFrame],
-                manifest: pd.DataFrame) -> dict[str, dict[str, pd.DataFrame]]:
+def cell_frames(
+    lab_records: dict[str, pd.DataFrame],
+    lab_rows: pd.DataFrame,
+    field_records: dict[str, pd.DataFrame] | None,
+    swap_records: dict[str, pd.DataFrame],
+    manifest: pd.DataFrame,
+) -> dict[str, dict[str, pd.DataFrame]]:
     """state → cell → (source_row_id, label, pred) of every cell with rows."""
     out: dict[str, dict[str, pd.DataFrame]] = {}
     for state, lab_record in lab_records.items():
         cells: dict[str, pd.DataFrame] = {}
         plain = lab_record.set_index("row_id").loc[lab_rows["row_id"]]
-        cells["lab_plain"] = pd.DataFrame({"source_row_id": lab_rows["row_id"].to_numpy(),
-                                           "label": plain["label"].to_numpy(), "pred": plain["pred"].to_numpy()})
+        cells["lab_plain"] = pd.DataFrame(
+            {
+                "source_row_id": lab_rows["row_id"].to_numpy(),
+                "label": plain["label"].to_numpy(),
+                "pred": plain["pred"].to_numpy(),
+            }
+        )
         if field_records is not None and len(field_records[state]):
             rec = field_records[state]
-            cells["field_field"] = pd.DataFrame({"source_row_id": rec["row_id"].to_numpy(),
-                                                 "label": rec["label"].to_numpy(), "pred": rec["pred"].to_numpy()})
+            cells["field_field"] = pd.DataFrame(
+                {
+                    "source_row_id": rec["row_id"].to_numpy(),
+                    "label": rec["label"].to_numpy(),
+                    "pred": rec["pred"].to_numpy(),
+                }
+            )
         swap = swap_records.get(state)
         if swap is not None and len(swap):
-            joined = manifest[["row_id", "cell", "source_row_id"]].merge(swap[["row_id", "label", "pred"]],
-                                                                         on="row_id", validate="1:1")
+            joined = manifest[["row_id", "cell", "source_row_id"]].merge(
+                swap[["row_id", "label", "pred"]], on="row_id", validate="1:1"
+            )
             for cell, frame in joined.groupby("cell"):
                 cells[str(cell)] = frame[["source_row_id", "label", "pred"]].reset_index(drop=True)
         out[state] = cells

@@ -27,8 +27,11 @@ from PIL import Image
 CELLS: tuple[str, ...] = ("lab_plain", "lab_field", "paste_control", "field_field", "field_plain")
 COMPOSITE_CELLS: tuple[str, ...] = ("lab_field", "paste_control", "field_plain")
 # Which cell each composite cell is paired with (same source rows): the changed-prediction rate.
-PAIRED_WITH: dict[str, str] = {"lab_field": "lab_plain", "paste_control": "lab_plain",
-                               "field_plain": "field_field"}
+PAIRED_WITH: dict[str, str] = {
+    "lab_field": "lab_plain",
+    "paste_control": "lab_plain",
+    "field_plain": "field_field",
+}
 
 
 class CompositeError(ValueError):
@@ -55,7 +58,7 @@ def fit_background(background: np.ndarray, height: int, width: int) -> np.ndarra
     new_w, new_h = max(width, round(bg_w * scale)), max(height, round(bg_h * scale))
     resized = np.asarray(Image.fromarray(background).resize((new_w, new_h), Image.Resampling.BICUBIC))
     top, left = (new_h - height) // 2, (new_w - width) // 2
-    return resized[top:top + height, left:left + width].copy()
+    return resized[top : top + height, left : left + width].copy()
 
 
 def composite(leaf_rgb: np.ndarray, leaf_mask: np.ndarray, background: np.ndarray) -> np.ndarray:
@@ -66,8 +69,9 @@ def composite(leaf_rgb: np.ndarray, leaf_mask: np.ndarray, background: np.ndarra
     return out
 
 
-def plain_background(donor_rgb: np.ndarray, donor_mask: np.ndarray, dilate_px: int = 3,
-                     radius_px: int = 5) -> np.ndarray:
+def plain_background(
+    donor_rgb: np.ndarray, donor_mask: np.ndarray, dilate_px: int = 3, radius_px: int = 5
+) -> np.ndarray:
     """A lab photo with its leaf removed: the leaf (mask dilated by ``dilate_px`` to take its rim and
     shadow edge) is filled from the surrounding backdrop by OpenCV's Telea inpainting."""
     import cv2
@@ -87,21 +91,24 @@ def lab_field(lab_rgb: np.ndarray, lab_mask: np.ndarray, field_rgb: np.ndarray) 
     return composite(lab_rgb, lab_mask, field_rgb)
 
 
-def paste_control(lab_rgb: np.ndarray, lab_mask: np.ndarray, donor_rgb: np.ndarray,
-                  donor_mask: np.ndarray) -> np.ndarray:
+def paste_control(
+    lab_rgb: np.ndarray, lab_mask: np.ndarray, donor_rgb: np.ndarray, donor_mask: np.ndarray
+) -> np.ndarray:
     """The lab leaf cut and pasted on another lab photo's plain background."""
     return composite(lab_rgb, lab_mask, plain_background(donor_rgb, donor_mask))
 
 
-def field_plain(field_rgb: np.ndarray, field_mask: np.ndarray, donor_rgb: np.ndarray,
-                donor_mask: np.ndarray) -> np.ndarray:
+def field_plain(
+    field_rgb: np.ndarray, field_mask: np.ndarray, donor_rgb: np.ndarray, donor_mask: np.ndarray
+) -> np.ndarray:
     """A field leaf (its true mask) on a plain lab background."""
     return composite(field_rgb, field_mask, plain_background(donor_rgb, donor_mask))
 
 
 # --------------------------------------------------------------------------- the gap formula
-def background_share(lab_plain: float, lab_field: float, field_field: float,
-                     min_gap: float) -> tuple[float | None, str | None]:
+def background_share(
+    lab_plain: float, lab_field: float, field_field: float, min_gap: float
+) -> tuple[float | None, str | None]:
     """(lab_plain − lab_field) / (lab_plain − field_field): the share of the lab-to-field gap that the
     background alone explains.  Returns (share, None), or (None, reason) when the gap is under
     ``min_gap`` (no gap to explain: the ratio would divide by ~0 or change sign)."""
@@ -109,16 +116,20 @@ def background_share(lab_plain: float, lab_field: float, field_field: float,
     if not np.isfinite(gap) or not np.isfinite(lab_field):
         return None, "an accuracy the formula needs is undefined"
     if gap < min_gap:
-        return None, (f"lab-to-field gap {gap:+.4f} is below field.min_gap {min_gap}: field accuracy is not "
-                      "clearly below lab accuracy, so there is no gap to apportion")
+        return None, (
+            f"lab-to-field gap {gap:+.4f} is below field.min_gap {min_gap}: field accuracy is not "
+            "clearly below lab accuracy, so there is no gap to apportion"
+        )
     return float((lab_plain - lab_field) / gap), None
 
 
-def background_share_resampled(lab_plain: np.ndarray, lab_field: np.ndarray, field_field: np.ndarray,
-                               min_gap: float) -> np.ndarray:
+def background_share_resampled(
+    lab_plain: np.ndarray, lab_field: np.ndarray, field_field: np.ndarray, min_gap: float
+) -> np.ndarray:
     """The share on each bootstrap resample (arrays of resampled accuracies); NaN where undefined."""
-    lab_plain, lab_field, field_field = (np.asarray(v, dtype=np.float64)
-                                         for v in (lab_plain, lab_field, field_field))
+    lab_plain, lab_field, field_field = (
+        np.asarray(v, dtype=np.float64) for v in (lab_plain, lab_field, field_field)
+    )
     gap = lab_plain - field_field
     out = np.full(gap.shape, np.nan)
     defined = np.isfinite(gap) & (gap >= min_gap)
@@ -126,8 +137,9 @@ def background_share_resampled(lab_plain: np.ndarray, lab_field: np.ndarray, fie
     return out
 
 
-def pick_partners(classes: np.ndarray, pool_classes: np.ndarray, rng: np.random.Generator,
-                  exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def pick_partners(
+    classes: np.ndarray, pool_classes: np.ndarray, rng: np.random.Generator, exclude: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """For each row, a partner index into the pool: one of the same class where the pool has one (not the
     row itself, ``exclude``), else any.  Returns (indices, same_class flags).
 
@@ -156,7 +168,7 @@ def describe_cells() -> dict[str, Any]:
         "lab_plain": "lab photos as they are (each state's recorded test predictions)",
         "lab_field": "the lab leaf's pixels on a field photograph of the same class",
         "paste_control": "the lab leaf cut and pasted on the plain backdrop of another lab photo of the "
-                         "same class (isolates paste artefacts)",
+        "same class (isolates paste artefacts)",
         "field_field": "the field cohort as it is",
         "field_plain": "field leaves (true masks) on the plain backdrop of a lab photo of the same class",
     }

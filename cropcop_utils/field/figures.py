@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
 
+from ..evidence import Chapter
 from ..model_states import STATE_LABELS
+from . import bench
+from . import composites as comp
 
-CELL_COLOURS = {"lab_plain": "tab:blue", "lab_field": "tab:red", "paste_control": "tab:cyan",
-                "field_field": "tab:orange", "field_plain": "tab:green"}
+CELL_COLOURS = {
+    "lab_plain": "tab:blue",
+    "lab_field": "tab:red",
+    "paste_control": "tab:cyan",
+    "field_field": "tab:orange",
+    "field_plain": "tab:green",
+}
 
 
-def _bar(ax: Any, x: float, entry: dict[str, Any] | None, colour: str, width: float, label: str | None) -> None:
+def _bar(
+    ax: Any, x: float, entry: dict[str, Any] | None, colour: str, width: float, label: str | None
+) -> None:
     if not entry or entry.get("value") is None:
         return
     value = entry["value"]
@@ -31,10 +43,23 @@ def plot_lab_vs_field(states: dict[str, Any]) -> Figure:
     names = list(states)
     for i, name in enumerate(names):
         entry = states[name]
-        _bar(ax, i - 0.2, entry["lab_test_matched"]["accuracy"], "tab:blue", 0.4, "lab test" if i == 0 else None)
+        _bar(
+            ax,
+            i - 0.2,
+            entry["lab_test_matched"]["accuracy"],
+            "tab:blue",
+            0.4,
+            "lab test" if i == 0 else None,
+        )
         field = entry.get("field")
-        _bar(ax, i + 0.2, field["accuracy"] if field else None, "tab:orange", 0.4,
-             "field (zero-shot)" if i == 0 else None)
+        _bar(
+            ax,
+            i + 0.2,
+            field["accuracy"] if field else None,
+            "tab:orange",
+            0.4,
+            "field (zero-shot)" if i == 0 else None,
+        )
     ax.set_xticks(range(len(names)), [STATE_LABELS.get(n, n) for n in names], fontsize=8)
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
@@ -52,8 +77,14 @@ def plot_cells(swap_states: dict[str, Any], cells: Sequence[str]) -> Figure:
     for j, cell in enumerate(cells):
         for i, name in enumerate(names):
             entry = swap_states[name]["cells"].get(cell)
-            _bar(ax, i - 0.4 + width * (j + 0.5), entry and entry["accuracy"], CELL_COLOURS.get(cell, "grey"),
-                 width, cell if i == 0 else None)
+            _bar(
+                ax,
+                i - 0.4 + width * (j + 0.5),
+                entry and entry["accuracy"],
+                CELL_COLOURS.get(cell, "grey"),
+                width,
+                cell if i == 0 else None,
+            )
     ax.set_xticks(range(len(names)), [STATE_LABELS.get(n, n) for n in names], fontsize=8)
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
@@ -80,8 +111,10 @@ def mask_gallery(items: Sequence[dict[str, Any]]) -> Figure:
         row[1].set_title("estimated leaf mask", fontsize=7)
         if cols == 3 and item.get("truth") is not None:
             row[2].imshow(_overlay(item["image"], item["truth"], (0.0, 1.0, 1.0)))
-            row[2].set_title(f"true mask, IoU {item['iou']:.2f}" if item.get("iou") is not None else "true mask",
-                             fontsize=7)
+            row[2].set_title(
+                f"true mask, IoU {item['iou']:.2f}" if item.get("iou") is not None else "true mask",
+                fontsize=7,
+            )
     for ax in axes.ravel():
         ax.axis("off")
     fig.tight_layout()
@@ -120,7 +153,9 @@ def composite_gallery(rows: Sequence[Sequence[tuple[str, np.ndarray]]]) -> Figur
     return fig
 
 
-def plot_confusion(matrix: np.ndarray, row_names: Sequence[str], col_names: Sequence[str], title: str) -> Figure:
+def plot_confusion(
+    matrix: np.ndarray, row_names: Sequence[str], col_names: Sequence[str], title: str
+) -> Figure:
     """Row-normalised confusion of the field cohort (rows: field classes, columns: predicted lab class)."""
     shown = matrix / np.maximum(matrix.sum(1, keepdims=True), 1)
     fig = Figure(figsize=(max(4.0, 0.35 * len(col_names) + 2.5), max(2.5, 0.35 * len(row_names) + 1.5)))
@@ -130,9 +165,94 @@ def plot_confusion(matrix: np.ndarray, row_names: Sequence[str], col_names: Sequ
     ax.set_yticks(range(len(row_names)), row_names, fontsize=6)
     for (i, j), count in np.ndenumerate(matrix):
         if count:
-            ax.text(j, i, str(int(count)), ha="center", va="center", fontsize=5.5,
-                    color="white" if shown[i, j] > 0.5 else "black")
+            ax.text(
+                j,
+                i,
+                str(int(count)),
+                ha="center",
+                va="center",
+                fontsize=5.5,
+                color="white" if shown[i, j] > 0.5 else "black",
+            )
     ax.set_xlabel("predicted (lab class)")
     ax.set_title(title, fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def save_figures(
+    ch: Chapter,
+    results: dict[str, Any],
+    swap: dict[str, Any],
+    lab: bench.LeafSet,
+    iou: pd.DataFrame,
+    manifest: pd.DataFrame,
+    cohort: pd.DataFrame | None,
+    root: Path | None,
+    gallery: list[dict[str, Any]],
+    confusions: list[pd.DataFrame],
+    names: list[str],
+) -> dict[str, str]:
+    """Write the chapter's figures; returns name → path."""
+    from .masks import load_mask
+
+    made: dict[str, Any] = {
+        "lab_vs_field": plot_lab_vs_field(results),
+        "cells": plot_cells(swap, comp.CELLS),
+    }
+    by_id = iou.set_index("row_id") if len(iou) else None
+    items = []
+    for r in lab.rows.head(6).itertuples():
+        truth = bench.lab_true_mask(ch.run_dir, r.class_name, r.rel_path)
+        items.append(
+            {
+                "image": lab.rgb(r.rel_path),
+                "mask": lab.masks[r.row_id],
+                "title": r.class_name,
+                "truth": None if truth is None else np.asarray(load_mask(truth), dtype=bool),
+                "iou": None if by_id is None or r.row_id not in by_id.index else by_id.loc[r.row_id, "iou"],
+            }
+        )
+    made["mask_gallery"] = mask_gallery(items)
+    if gallery:
+        made["heatmap_gallery"] = heatmap_gallery(
+            [
+                {
+                    **g,
+                    "title": f"{g['method']} · {g['state']} · {g['cell']}\noff-leaf "
+                    + ("n/a" if np.isnan(g["off_leaf"]) else f"{g['off_leaf']:.2f}"),
+                }
+                for g in gallery
+            ]
+        )
+    rows = []
+    for source_id, group in list(manifest.groupby("source_row_id", sort=False))[:4]:
+        panels = []
+        source = lab.rows[lab.rows["row_id"] == source_id]
+        if len(source):
+            panels.append(("lab photo", lab.rgb(source["rel_path"].iloc[0])))
+        elif cohort is not None and root is not None:
+            field_row = cohort[cohort["row_id"] == source_id]
+            panels.append(("field photo", bench.LeafSet(field_row, root).rgb(field_row["rel_path"].iloc[0])))
+        for r in group.itertuples():
+            panels.append(
+                (r.cell, np.asarray(bench.imaging.open_rgb(ch.path(f"{bench.COMPOSITES}/{r.rel_path}"))))
+            )
+        rows.append(panels)
+    if rows:
+        made["composite_gallery"] = composite_gallery(rows)
+    if confusions:
+        pte = confusions[-1]
+        field_classes = sorted(set(pte["true"]), key=names.index)
+        shown = sorted(set(pte["true"]) | set(pte["predicted"]), key=names.index)
+        matrix = np.zeros((len(field_classes), len(shown)), dtype=int)
+        for r in pte.itertuples():
+            matrix[field_classes.index(r.true), shown.index(r.predicted)] = r.count
+        made["field_confusion"] = plot_confusion(
+            matrix, field_classes, shown, f"field cohort, {STATE_LABELS[pte['state'].iloc[0]]}"
+        )
+    paths = {}
+    for name, fig in made.items():
+        paths[name] = f"field/{name}.png"
+        ch.save_figure(fig, paths[name], dpi=110)
+    return paths
