@@ -103,6 +103,7 @@ def failure_modes(data: dict[str, Any]) -> list[dict[str, Any]]:
         if s in states
         and states[s]["field"] is not None
         and states[s]["field"]["accuracy"]["value"] is not None
+        and states[s]["lab_test_matched"]["accuracy"]["value"] is not None
         and states[s]["field"]["accuracy"]["value"]
         < rules["collapse_ratio"] * states[s]["lab_test_matched"]["accuracy"]["value"]
     ]
