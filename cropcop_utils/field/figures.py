@@ -226,7 +226,11 @@ def save_figures(
             ]
         )
     rows = []
-    for source_id, group in list(manifest.groupby("source_row_id", sort=False))[:4]:
+    # three lab leaves (lab photo, paste_control, lab_field) and two field leaves (field photo, field_plain)
+    groups = list(manifest.groupby("source_row_id", sort=False))
+    lab_ids = set(lab.rows["row_id"])
+    shown = [g for g in groups if g[0] in lab_ids][:3] + [g for g in groups if g[0] not in lab_ids][:2]
+    for source_id, group in shown:
         panels = []
         source = lab.rows[lab.rows["row_id"] == source_id]
         if len(source):
