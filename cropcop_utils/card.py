@@ -4,7 +4,7 @@ Sources (read from disk, never from memory): ``field/field.json``, ``training/tr
 ``runtime/runtime.json``, ``split/split.json``, ``analysis/per_class.json``, and, when chapter 11 has run,
 ``abstention/abstention.json`` (key ``deployment``); ``registry.json`` gives each source's SHA-256.  Every
 number on the card is one of these values through one of :data:`FORMATS`, so it traces to a JSON file.
-Failure modes are derived by rules whose thresholds live in the profile (``field.failure_rules``) and
+Failure modes are derived by rules whose thresholds live in the profile (``field_transfer.failure_rules``) and
 reach the card through ``field/field.json``.
 
 :func:`write_card` writes ``field/card.md`` and registers it; chapter 10 calls it after its record, and a
@@ -90,7 +90,7 @@ def collect(run_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def failure_modes(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each stated rule with the states (or facts) it fires for; thresholds from ``field.failure_rules``."""
+    """Each stated rule with the states it fires for; thresholds from ``field_transfer.failure_rules``."""
     field = data["field"]
     rules = field["params"]["failure_rules"]
     states = field["states"]

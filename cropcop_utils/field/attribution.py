@@ -3,7 +3,7 @@
 - **Grad-CAM** (the ``grad-cam`` package) needs gradients and the activations of a convolutional stage,
   so it runs on the float models (reference, compact) only.  The stage is one of timm's ``feature_info``
   stages; at the book's small input sizes the last stage is a 2×2 grid, so the profile may pick an earlier
-  one (``field.gradcam_stage``) and the chapter records the grid it used.
+  one (``field_transfer.gradcam_stage``) and the chapter records the grid it used.
 - The **INT8 graph and the .pte** give neither gradients nor hookable layers (the .pte is an opaque
   XNNPACK program), so their attribution is measured by **occlusion** (captum's ``Occlusion``): a
   black-box method that only calls the state's forward function.  The float models are occluded on the
@@ -83,7 +83,7 @@ def feature_stage(model: torch.nn.Module, stage: int = -1) -> tuple[str, torch.n
         name = info[stage]["module"]
     except IndexError:
         raise AttributionError(
-            f"field.gradcam_stage {stage} is out of range: {type(model).__name__} has "
+            f"field_transfer.gradcam_stage {stage} is out of range: {type(model).__name__} has "
             f"{len(info)} feature stages"
         ) from None
     return name, model.get_submodule(name)

@@ -117,7 +117,7 @@ def background_share(
         return None, "an accuracy the formula needs is undefined"
     if gap < min_gap:
         return None, (
-            f"lab-to-field gap {gap:+.4f} is below field.min_gap {min_gap}: field accuracy is not "
+            f"lab-to-field gap {gap:+.4f} is below field_transfer.min_gap {min_gap}: field accuracy is not "
             "clearly below lab accuracy, so there is no gap to apportion"
         )
     return float((lab_plain - lab_field) / gap), None

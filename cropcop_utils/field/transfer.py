@@ -38,6 +38,8 @@ from .scores import cell_results, classification, confusion_long, field_results,
 from .stats import mean_with_interval
 
 FOLDER = "field"
+# The profile section; ``field`` itself holds the --field cohort folder (config.open_run).
+SECTION = "field_transfer"
 COHORT = "field/cohort.parquet"
 COHORT_COLUMNS = ["row_id", "rel_path", "class_name", "label", "source_label"]
 DEFAULTS: dict[str, Any] = {
@@ -75,14 +77,14 @@ class FieldConfigError(ValueError):
 
 
 def field_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
-    params = {**DEFAULTS, **ctx.section("field"), **options}
+    params = {**DEFAULTS, **ctx.section(SECTION), **options}
     for key in ("bootstrap", "batch_size", "swap_n", "occlusion_window", "occlusion_stride", "gradcam_batch"):
         if int(params[key]) < 1:
-            raise FieldConfigError(f"field.{key} must be >= 1, got {params[key]}")
+            raise FieldConfigError(f"field_transfer.{key} must be >= 1, got {params[key]}")
     unknown = set(params["occlusion_cells"]) - set(comp.CELLS)
     if unknown:
         raise FieldConfigError(
-            f"field.occlusion_cells {sorted(unknown)} are not cells; cells are {comp.CELLS}"
+            f"field_transfer.occlusion_cells {sorted(unknown)} are not cells; cells are {comp.CELLS}"
         )
     return params
 
