@@ -70,13 +70,16 @@ def composite(leaf_rgb: np.ndarray, leaf_mask: np.ndarray, background: np.ndarra
 
 
 def plain_background(
-    donor_rgb: np.ndarray, donor_mask: np.ndarray, dilate_px: int = 3, radius_px: int = 5
+    donor_rgb: np.ndarray, donor_mask: np.ndarray, dilate_px: int | None = None, radius_px: int = 5
 ) -> np.ndarray:
-    """A lab photo with its leaf removed: the leaf (mask dilated by ``dilate_px`` to take its rim and
-    shadow edge) is filled from the surrounding backdrop by OpenCV's Telea inpainting."""
+    """A lab photo with its leaf removed: the leaf (mask dilated by ``dilate_px``, default a tenth of the
+    shorter side, to take its rim and the cast shadow beside it) is filled from the surrounding backdrop
+    by OpenCV's Telea inpainting."""
     import cv2
 
     donor_rgb, donor_mask = _check_leaf(donor_rgb, donor_mask)
+    if dilate_px is None:
+        dilate_px = max(3, round(0.1 * min(donor_mask.shape)))
     hole = donor_mask.astype(np.uint8) * 255
     if dilate_px > 0:
         kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * dilate_px + 1, 2 * dilate_px + 1))

@@ -117,13 +117,13 @@ def read_lab_test(ctx: RunContext, states: dict[str, state_models.LoadedState]) 
 def _mask_summary(table: pd.DataFrame, params: dict[str, Any], n_masked: int) -> dict[str, Any]:
     target = float(params["mask_iou_target"])
     base = {"method": "cropcop_utils.field.masks.leaf_mask", "n_estimated": n_masked, "target": target}
-    iou = table["iou"].to_numpy()
+    iou = table["iou"].to_numpy(dtype=float)
     iou = iou[np.isfinite(iou)]
     if len(iou) == 0:
         return {
             **base,
             "iou": None,
-            "reason": "no true leaf masks for these lab photos (a real corpus): "
+            "reason": "no true leaf masks for these lab photos (a real corpus, or an older synthetic one): "
             "IoU cannot be measured; the gallery shows the estimated masks",
         }
     return {
