@@ -161,3 +161,15 @@ def test_chapter_without_a_field_cohort_says_so(smoke_book, tmp_path, monkeypatc
     assert record["swap"]["states"]["pte"]["background_share"]["value"] is None
     assert record["swap"]["states"]["pte"]["cells"]["paste_control"]["n"] > 0
     assert "not tested outside the lab" in (run / "field/card.md").read_text()
+
+
+def test_field_params_refuse_a_batch_the_int8_graph_cannot_take(tmp_path):
+    from cropcop_utils import config
+    from cropcop_utils.field import transfer
+
+    ctx = config.open_run(tmp_path / "run", profile="smoke")
+    assert transfer.field_params(ctx)["swap_n"] == ctx.section("field_transfer")["swap_n"]
+    with pytest.raises(transfer.FieldConfigError, match="ptq.max_batch"):
+        transfer.field_params(ctx, batch_size=ctx.section("ptq")["max_batch"] + 1)
+    with pytest.raises(transfer.FieldConfigError, match="occlusion_cells"):
+        transfer.field_params(ctx, occlusion_cells=["lab_plain", "moon"])

@@ -110,7 +110,7 @@ def measure_attribution(
                         targets,
                         int(params["occlusion_window"]),
                         int(params["occlusion_stride"]),
-                        state.max_batch,
+                        state.max_batch or int(params["batch_size"]),
                     )
                 masses = attr.off_leaf_masses(maps, masks)
                 result[method][name][cell] = mean_with_interval(masses, n_boot, seed, level, "maps")

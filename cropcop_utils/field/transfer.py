@@ -81,6 +81,13 @@ def field_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
     for key in ("bootstrap", "batch_size", "swap_n", "occlusion_window", "occlusion_stride", "gradcam_batch"):
         if int(params[key]) < 1:
             raise FieldConfigError(f"field_transfer.{key} must be >= 1, got {params[key]}")
+    # the INT8 graph's (and the .pte's) batch dimension is bounded by ptq.max_batch at export
+    bound = int(ctx.section("ptq").get("max_batch", params["batch_size"]))
+    if int(params["batch_size"]) > bound:
+        raise FieldConfigError(
+            f"field_transfer.batch_size {params['batch_size']} exceeds ptq.max_batch {bound}: the INT8 "
+            "graph and the .pte accept no larger batch"
+        )
     unknown = set(params["occlusion_cells"]) - set(comp.CELLS)
     if unknown:
         raise FieldConfigError(
