@@ -27,11 +27,14 @@ import cv2
 import numpy as np
 from PIL import Image
 from scipy import ndimage
+from skimage.filters import threshold_multiotsu
+from skimage.morphology import convex_hull_image
 
 # OpenCV hue runs 0..179 (degrees / 2): 8..82 is orange-brown through yellow and green to green-cyan.
 PLANT_HUE = (8, 82)
 OFF_HUE_WEIGHT = 0.35      # coloured but not plant-coloured (purple card, teal frame) counts this much
-MIN_THRESHOLD = 18.0       # chroma grey levels: below this nothing is called leaf, whatever Otsu says
+MIN_THRESHOLD = 8.0        # chroma grey levels: below this nothing is called leaf, whatever Otsu says
+MIN_SOLIDITY = 0.8         # a two-class seed less solid than this is retried with three classes
 GRABCUT_ITERATIONS = 4
 CORE_ERODE = 0.06          # certain-leaf core: the region eroded by this share of the image side
 BACKGROUND_MARGIN = 0.12   # certain background: farther than this share of the side from the region
@@ -51,22 +54,52 @@ def leaf_mask(rgb: np.ndarray, grabcut: bool = True) -> np.ndarray:
     rgb = _as_rgb(rgb)
     side = min(rgb.shape[:2])
     score = cv2.GaussianBlur(plant_score(rgb), (0, 0), max(0.6, side / 160))
-    scaled = np.clip(score, 0, 255).astype(np.uint8)
-    otsu, _ = cv2.threshold(scaled, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
-    seed = largest_region(score > max(float(otsu), MIN_THRESHOLD))
+    seed = _seed(score)
     if not seed.any() or not grabcut:
         return seed
     return _grabcut(rgb, seed, side)
+
+
+def _seed(score: np.ndarray) -> np.ndarray:
+    """The leaf as the score sees it: Otsu's bright class, or the top of three classes when a
+    two-way split also takes in a coloured backdrop (grass, soil) and so comes out ragged."""
+    scaled = np.clip(score, 0, 255).astype(np.uint8)
+    otsu, _ = cv2.threshold(scaled, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+    seed = largest_region(_drop_frames(score > max(float(otsu), MIN_THRESHOLD)))
+    if not seed.any() or solidity(seed) >= MIN_SOLIDITY or len(np.unique(scaled)) < 3:
+        return seed
+    upper = float(threshold_multiotsu(scaled, classes=3)[-1])
+    tighter = largest_region(_drop_frames(score > max(upper, MIN_THRESHOLD)))
+    return tighter if tighter.any() and solidity(tighter) > solidity(seed) else seed
+
+
+def _drop_frames(candidates: np.ndarray) -> np.ndarray:
+    """Remove coloured camera frames: regions that run round all four edges and enclose far more than
+    they cover (a leaf filling the picture touches the edges too, but is not hollow)."""
+    labels, n = ndimage.label(candidates, structure=np.ones((3, 3)))
+    edges = [set(np.unique(side)) for side in (labels[0], labels[-1], labels[:, 0], labels[:, -1])]
+    for region in set.intersection(*edges) - {0}:
+        inside = labels == region
+        if inside.sum() < 0.5 * ndimage.binary_fill_holes(inside).sum():
+            candidates = candidates & ~inside
+    return candidates
+
+
+def solidity(mask: np.ndarray) -> float:
+    """Area over convex-hull area: near 1 for a leaf, low for a region that also took in a backdrop."""
+    return float(mask.sum()) / max(1, int(convex_hull_image(mask).sum()))
 
 
 def _grabcut(rgb: np.ndarray, seed: np.ndarray, side: int) -> np.ndarray:
     core = ndimage.binary_erosion(seed, iterations=max(1, round(CORE_ERODE * side)))
     if not core.any():
         core = seed
-    near = ndimage.binary_dilation(seed, iterations=max(1, round(BACKGROUND_MARGIN * side)))
+    # Leaves are nearly convex: a lesion or a shaded half biting into the outline is probably leaf.
+    hull = convex_hull_image(seed)
+    near = ndimage.binary_dilation(hull, iterations=max(1, round(BACKGROUND_MARGIN * side)))
     labels = np.full(seed.shape, cv2.GC_BGD, np.uint8)
     labels[near] = cv2.GC_PR_BGD
-    labels[seed] = cv2.GC_PR_FGD
+    labels[hull] = cv2.GC_PR_FGD
     labels[core] = cv2.GC_FGD
     if (labels == cv2.GC_BGD).sum() < 16:  # a leaf filling the frame leaves no certain background
         labels[labels == cv2.GC_BGD] = cv2.GC_PR_BGD
