@@ -30,12 +30,16 @@ from scipy import ndimage
 from skimage.filters import threshold_multiotsu
 from skimage.morphology import convex_hull_image
 
-# OpenCV hue runs 0..179 (degrees / 2): 8..82 is orange-brown through yellow and green to green-cyan.
-PLANT_HUE = (8, 82)
+# OpenCV hue runs 0..179 (degrees / 2): 8..95 is orange-brown through yellow and green to cyan-green
+# (shaded PlantVillage leaves photograph bluish).
+PLANT_HUE = (8, 95)
 OFF_HUE_WEIGHT = 0.35      # coloured but not plant-coloured (purple card, teal frame) counts this much
 MIN_THRESHOLD = 8.0        # chroma grey levels: below this nothing is called leaf, whatever Otsu says
 MIN_SOLIDITY = 0.8         # a two-class seed less solid than this is retried with three classes
+FRAME_FILL = 0.95          # an edge row (column) this full of plant colour is a frame, not leaf ...
+FRAME_DEPTH = 0.12         # ... up to this share of the side in from the edge
 GRABCUT_ITERATIONS = 4
+WORK_PX = 128              # larger photos are masked at this size and the mask scaled back
 CORE_ERODE = 0.06          # certain-leaf core: the region eroded by this share of the image side
 BACKGROUND_MARGIN = 0.12   # certain background: farther than this share of the side from the region
 
@@ -52,7 +56,14 @@ def plant_score(rgb: np.ndarray) -> np.ndarray:
 def leaf_mask(rgb: np.ndarray, grabcut: bool = True) -> np.ndarray:
     """The leaf of a lab photograph (H×W×3 uint8 RGB) as a boolean H×W mask; all False if none is found."""
     rgb = _as_rgb(rgb)
-    side = min(rgb.shape[:2])
+    height, width = rgb.shape[:2]
+    if max(height, width) > WORK_PX:  # GrabCut's cost grows with pixels; the outline does not need them
+        factor = WORK_PX / max(height, width)
+        small = cv2.resize(rgb, (max(1, round(width * factor)), max(1, round(height * factor))),
+                           interpolation=cv2.INTER_AREA)
+        found = leaf_mask(small, grabcut).astype(np.float32)
+        return cv2.resize(found, (width, height), interpolation=cv2.INTER_LINEAR) >= 0.5
+    side = min(height, width)
     score = cv2.GaussianBlur(plant_score(rgb), (0, 0), max(0.6, side / 160))
     seed = _seed(score)
     if not seed.any() or not grabcut:
@@ -75,7 +86,22 @@ def _seed(score: np.ndarray) -> np.ndarray:
 
 def _drop_frames(candidates: np.ndarray) -> np.ndarray:
     """Remove coloured camera frames: regions that run round all four edges and enclose far more than
-    they cover (a leaf filling the picture touches the edges too, but is not hollow)."""
+    they cover (a leaf filling the picture touches the edges too, but is not hollow), and bands along
+    an edge that are plant-coloured across nearly all of it (a frame the leaf touches)."""
+    bands = []
+    for axis in (0, 1):  # rows from the top and the bottom, then columns from the left and the right
+        fill = candidates.mean(axis=1 - axis)
+        for order in (range(len(fill)), range(len(fill) - 1, -1, -1)):
+            for depth, line in enumerate(order):
+                if depth >= FRAME_DEPTH * len(fill) or fill[line] < FRAME_FILL:
+                    break
+                bands.append((axis, line))
+    candidates = candidates.copy()
+    for axis, line in bands:
+        if axis == 0:
+            candidates[line] = False
+        else:
+            candidates[:, line] = False
     labels, n = ndimage.label(candidates, structure=np.ones((3, 3)))
     edges = [set(np.unique(side)) for side in (labels[0], labels[-1], labels[:, 0], labels[:, -1])]
     for region in set.intersection(*edges) - {0}:
