@@ -58,7 +58,8 @@ from tqdm import tqdm
 
 from .config import RunContext, progress_wanted
 from .evidence import atomic_write_json, sha256_bytes, sha256_json
-from .synthetic_drawing import render_upright, render_with_mask  # noqa: F401  (render_upright: public here too)
+from .synthetic_drawing import render_upright as render_upright  # re-exported: the planted truth names it
+from .synthetic_drawing import render_with_mask
 from .synthetic_field import encode_mask, render_cohort
 from .synthetic_world import CLASS_BY_NAME, CLASSES, SOURCES
 

@@ -6,14 +6,21 @@
    nearly colourless, and so are the leaf's shadow and a camera's frame; a leaf is green, yellow or
    brown.  The score is the pixel's chroma (max − min of R, G, B: unlike HSV saturation it stays low in
    dark noise) where its hue lies between orange-brown and green-cyan, and a fraction of it elsewhere
-   (a teal frame or a purple card is coloured but not plant-coloured).
+   (a purple or blue card is coloured but not plant-coloured).
 2. **Otsu threshold** of the smoothed score (with a floor, so a colourless photo is not split in two by
-   noise), the largest connected region, holes filled: dark or pale lesions enclosed by leaf tissue
-   stay in the leaf.
-3. **GrabCut** (OpenCV) seeded from that region — certain leaf inside an eroded core, certain
-   background far outside, "probably" in between — learns the photo's own leaf and background colours
-   and moves the boundary onto the real edge (brown margins that the score ranks low, soft shadows it
-   ranks high).  The largest region is kept and its holes filled again.
+   noise).  Coloured camera frames are removed first (bands along an edge, rings round the picture);
+   the largest connected region is kept, holes filled: dark or pale lesions enclosed by leaf tissue
+   stay in the leaf.  When that region is ragged (solidity under 0.8: the split took in grass or
+   soil too), the top class of a three-class Otsu split is tried and the more solid region kept.
+3. **GrabCut** (OpenCV) seeded from that region — certain leaf inside an eroded core, "probably leaf"
+   in its convex hull (leaves are nearly convex: a lesion or a shaded half biting into the outline is
+   probably leaf), certain background far outside — learns the photo's own leaf and background
+   colours and moves the boundary onto the real edge.  The largest region is kept, holes filled.
+
+Photos larger than 128 px are masked at 128 px and the mask scaled back (GrabCut's cost grows with
+pixels, the outline does not need them).  Measured (tests/test_masks.py): IoU with the synthetic true
+masks >= 0.90 on uniform lab backdrops; grass behind the leaf (the synthetic ``field_phone`` source)
+is the weak case, and a very dark leaf on a bluish card can lose its shaded half.
 
 Masks are boolean arrays of the photo's height and width; on disk, 8-bit PNGs with the leaf white.
 """
@@ -33,7 +40,7 @@ from skimage.morphology import convex_hull_image
 # OpenCV hue runs 0..179 (degrees / 2): 8..95 is orange-brown through yellow and green to cyan-green
 # (shaded PlantVillage leaves photograph bluish).
 PLANT_HUE = (8, 95)
-OFF_HUE_WEIGHT = 0.35      # coloured but not plant-coloured (purple card, teal frame) counts this much
+OFF_HUE_WEIGHT = 0.35      # coloured but not plant-coloured (purple or blue card) counts this much
 MIN_THRESHOLD = 8.0        # chroma grey levels: below this nothing is called leaf, whatever Otsu says
 MIN_SOLIDITY = 0.8         # a two-class seed less solid than this is retried with three classes
 FRAME_FILL = 0.95          # an edge row (column) this full of plant colour is a frame, not leaf ...
