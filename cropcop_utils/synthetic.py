@@ -435,6 +435,14 @@ def _render_all(items: list[_Item], p: dict[str, Any]) -> tuple[dict[int, bytes]
     return data, masks
 
 
+def lab_mask_paths(out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Corpus ``rel_path`` → its true leaf mask file, for every loadable lab image (from planted.json;
+    ``out_dir`` is the folder holding it, ``<run>/synthetic``)."""
+    out_dir = Path(out_dir)
+    listed = load_truth(out_dir).get("lab_masks", {}).get("files", {})
+    return {rel: out_dir / MASKS_DIR / mask for rel, mask in listed.items()}
+
+
 def lab_mask_rel_path(rel_path: str, class_name: str) -> str:
     """Where a corpus file's true mask lives under ``masks/``: ``<class>/<stem>.png`` (stems are unique)."""
     return f"{class_name}/{Path(rel_path).stem}.png"
