@@ -58,7 +58,8 @@ from tqdm import tqdm
 
 from .config import RunContext, progress_wanted
 from .evidence import atomic_write_json, sha256_bytes, sha256_json
-from .synthetic_drawing import render_upright, render_with_mask  # noqa: F401  (render_upright: public here too)
+from .synthetic_drawing import render_upright as render_upright  # re-exported: the planted truth names it
+from .synthetic_drawing import render_with_mask
 from .synthetic_field import encode_mask, render_cohort
 from .synthetic_world import CLASS_BY_NAME, CLASSES, SOURCES
 
@@ -432,6 +433,14 @@ def _render_all(items: list[_Item], p: dict[str, Any]) -> tuple[dict[int, bytes]
         elif it.broken_kind == "not_an_image":
             data[id(it)] = _NOT_AN_IMAGE
     return data, masks
+
+
+def lab_mask_paths(out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Corpus ``rel_path`` → its true leaf mask file, for every loadable lab image (from planted.json;
+    ``out_dir`` is the folder holding it, ``<run>/synthetic``)."""
+    out_dir = Path(out_dir)
+    listed = load_truth(out_dir).get("lab_masks", {}).get("files", {})
+    return {rel: out_dir / MASKS_DIR / mask for rel, mask in listed.items()}
 
 
 def lab_mask_rel_path(rel_path: str, class_name: str) -> str:

@@ -72,6 +72,7 @@ def test_every_loadable_lab_image_has_its_true_mask(made) -> None:
     loadable = {f["rel_path"] for f in truth["files"] if not f["broken_kind"]}
     assert set(lab) == loadable
     assert set(lab.values()) == set(_hashes(out / "masks"))
+    assert synthetic.lab_mask_paths(out) == {rel: out / "masks" / mask for rel, mask in lab.items()}
     fractions = []
     for f in truth["files"]:
         if f["broken_kind"]:
