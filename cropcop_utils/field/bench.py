@@ -66,8 +66,10 @@ def estimate_masks(leaves: LeafSet) -> LeafSet:
 
 
 def lab_true_mask(run_dir: Path, class_name: str, rel_path: str) -> Path | None:
-    """The synthetic generator's true mask of a lab photo, when the run has one."""
-    path = run_dir / "synthetic" / "masks" / class_name / f"{Path(rel_path).stem}.png"
+    """The synthetic generator's true mask of a lab photo, when the run has one (its own path rule)."""
+    from .. import synthetic
+
+    path = run_dir / "synthetic" / synthetic.MASKS_DIR / synthetic.lab_mask_rel_path(rel_path, class_name)
     return path if path.is_file() else None
 
 
