@@ -3,6 +3,7 @@ PYTHON  ?= python3
 VENV    := .venv
 PY      := $(VENV)/bin/python
 DATA    ?= synthetic
+FIELD   ?=
 PROFILE ?= default
 RUN_DIR ?= runs/$(PROFILE)
 UNTIL   ?=
@@ -19,7 +20,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 venv: $(VENV)/.installed
 
 book: venv
-	$(PY) -m cropcop_utils book --data $(DATA) --profile $(PROFILE) --run-dir $(RUN_DIR) $(if $(UNTIL),--until $(UNTIL))
+	$(PY) -m cropcop_utils book --data $(DATA) $(if $(FIELD),--field $(FIELD)) --profile $(PROFILE) --run-dir $(RUN_DIR) $(if $(UNTIL),--until $(UNTIL))
 
 # The error explorer as an app on a finished run (Voilà on 127.0.0.1; prints its URL; Ctrl-C stops it).
 explore: venv

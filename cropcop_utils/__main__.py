@@ -1,4 +1,5 @@
-"""Command line: ``python -m cropcop_utils book --data synthetic|PATH --profile NAME --run-dir DIR``."""
+"""Command line: ``python -m cropcop_utils book --data synthetic|PATH [--field synthetic|PATH] --profile NAME
+--run-dir DIR``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--data", default=SYNTHETIC,
                       help="'synthetic' (the embedded corpus) or an image-folder corpus: "
                            "PATH/<class>/<images> or PATH/{train,val,test}/<class>/<images>")
+    book.add_argument("--field", default=None,
+                      help="field cohort for chapter 10: PATH/<lab class>/<images> (optional labels.csv "
+                           "and masks/<class>/<stem>.png) or 'synthetic'; default: what the run folder "
+                           "recorded, else 'synthetic' with --data synthetic and none with a real corpus")
     book.add_argument("--profile", default="default", help=f"one of {', '.join(available_profiles())} "
                       "or a path to a profile YAML")
     book.add_argument("--run-dir", default=None, help="run folder (default: runs/<profile>)")
@@ -41,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
 
     run_dir = args.run_dir or f"runs/{args.profile}"
     try:
-        run_book(run_dir, profile=args.profile, data=args.data, until=args.until, html=not args.no_html,
-                 log=lambda line: print(line, flush=True))
+        run_book(run_dir, profile=args.profile, data=args.data, field=args.field, until=args.until,
+                 html=not args.no_html, log=lambda line: print(line, flush=True))
     except ChapterFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -120,10 +120,14 @@ def render_run_facts(ctx: RunContext, ran: list[ChapterSpec]) -> str:
     corpus = ("the embedded synthetic corpus (generated from seed "
               f"{params['synthetic']['seed']} into the run folder)" if ctx.data == SYNTHETIC
               else f"the image-folder corpus at `{ctx.data}`")
+    field = ("none (chapter 10 has no field cohort)" if ctx.field is None
+             else "the synthetic field cohort (generated with the corpus)" if ctx.field == SYNTHETIC
+             else f"the field-photograph folder at `{ctx.field}`")
     skipped = [c.title for c in CHAPTERS if c not in ran]
     lines = [
         "| | |", "|---|---|",
         f"| Corpus | {corpus} |",
+        f"| Field cohort | {field} |",
         f"| Profile | `{params['name']}`: {params.get('description', '')} |",
         f"| Model input size | {params['image']['size']} × {params['image']['size']} px |",
         f"| Run folder | `{ctx.run_dir}` |",
@@ -148,17 +152,17 @@ def build_html(book_root: Path, toc: Path) -> Path:
 
 
 def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = SYNTHETIC,
-             until: str | None = None, html: bool = True, log: Any = print,
-             book_root: str | os.PathLike = REPO_ROOT) -> dict[str, Any]:
+             field: str | os.PathLike | None = None, until: str | None = None, html: bool = True,
+             log: Any = print, book_root: str | os.PathLike = REPO_ROOT) -> dict[str, Any]:
     """Execute the chain (or its prefix up to ``until``) and render what ran.
 
     Executed notebooks go to ``<book_root>/book/``, the HTML to ``<book_root>/_build/html/``; the
     default book root is the repository (what ``make book`` renders); tests pass a temporary one.
     """
-    ctx = open_run(run_dir, profile=profile, data=data)
+    ctx = open_run(run_dir, profile=profile, data=data, field=field)
     root = prepare_book_root(Path(book_root))
     chain = chapters_until(until)
-    log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, run folder {ctx.run_dir}")
+    log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, field {ctx.field}, run folder {ctx.run_dir}")
     ran: list[ChapterSpec] = []
     started = time.perf_counter()
     for number, spec in enumerate(chain, start=1):

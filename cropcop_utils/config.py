@@ -107,6 +107,20 @@ class RunContext:
         return Path(self.data)
 
     @property
+    def field(self) -> str | None:
+        """The field cohort the run was opened with: an absolute folder, ``"synthetic"`` or None."""
+        return self.params.get("field")
+
+    @property
+    def field_root(self) -> Path | None:
+        """The field cohort folder: the synthetic one lives inside the run folder; None without one."""
+        if self.field is None:
+            return None
+        if self.field == SYNTHETIC:
+            return self.run_dir / "synthetic" / "field"
+        return Path(self.field)
+
+    @property
     def planted_truth_path(self) -> Path | None:
         return self.run_dir / "synthetic" / "planted.json" if self.is_synthetic else None
 
@@ -119,36 +133,65 @@ def open_run(
     profile: str = "default",
     data: str = SYNTHETIC,
     overrides: dict[str, Any] | None = None,
+    field: str | os.PathLike | None = None,
 ) -> RunContext:
     """Create or reopen a run folder.
 
-    The first call resolves the profile (plus overrides and the corpus) into ``params.yaml`` with its
-    fingerprint.  Later calls (each chapter) reopen it and refuse if asked for a different profile,
-    corpus or overrides, so one run folder always holds one coherent chain.
+    The first call resolves the profile (plus overrides, the corpus and the field cohort) into
+    ``params.yaml`` with its fingerprint.  Later calls (each chapter) reopen it and refuse if asked for a
+    different profile, corpus, field cohort or overrides, so one run folder always holds one coherent
+    chain.
+
+    ``field`` (``--field``): a folder of ``<lab class>/<images>``, ``"synthetic"`` (the generator's field
+    cohort; only with the synthetic corpus) or None.  Not given, it is what ``params.yaml`` recorded, so
+    a notebook needs no field parameter; a new run folder then gets ``"synthetic"`` with the synthetic
+    corpus and no field cohort with a real one.
     """
     run_dir = Path(run_dir).resolve()
     if data != SYNTHETIC:
         data = str(Path(data).expanduser().resolve())
         if not Path(data).is_dir():
             raise FileNotFoundError(f"--data {data}: no such corpus folder")
+    params_path = run_dir / PARAMS_NAME
+    recorded = yaml.safe_load(params_path.read_text()) if params_path.exists() else None
     params = load_profile(profile, overrides)
     params["data"] = data
+    if field is not None:
+        params["field"] = resolve_field(field, data)
+    elif recorded is not None:
+        if "field" in recorded.get("params", {}):  # folders made before --field existed lack the key
+            params["field"] = recorded["params"]["field"]
+    else:
+        params["field"] = SYNTHETIC if data == SYNTHETIC else None
     fingerprint = sha256_json(params)
-    params_path = run_dir / PARAMS_NAME
-    if params_path.exists():
-        recorded = yaml.safe_load(params_path.read_text())
+    if recorded is not None:
         if recorded.get("fingerprint") != fingerprint:
             raise RunFolderConflict(
                 f"{run_dir} was made with profile {recorded['params'].get('name')!r} on "
-                f"{recorded['params'].get('data')!r} (params fingerprint "
-                f"{str(recorded.get('fingerprint'))[:12]}…); this call asks for profile {profile!r} "
-                f"on {data!r} ({fingerprint[:12]}…). Use a new --run-dir or the same settings."
+                f"{recorded['params'].get('data')!r}, field cohort {recorded['params'].get('field')!r} "
+                f"(params fingerprint {str(recorded.get('fingerprint'))[:12]}…); this call asks for "
+                f"profile {profile!r} on {data!r}, field cohort {params.get('field')!r} "
+                f"({fingerprint[:12]}…). Use a new --run-dir or the same settings."
             )
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(params_path, yaml.safe_dump({"fingerprint": fingerprint, "params": params},
                                                       sort_keys=False))
     return RunContext(run_dir=run_dir, params=params, fingerprint=fingerprint)
+
+
+def resolve_field(field: str | os.PathLike, data: str) -> str:
+    """``--field`` as recorded: ``"synthetic"`` or the absolute path of an existing folder."""
+    if str(field) == SYNTHETIC:
+        if data != SYNTHETIC:
+            raise ValueError(
+                "--field synthetic draws the synthetic classes and needs --data synthetic; give a folder "
+                "of <lab class>/<images> for a real corpus")
+        return SYNTHETIC
+    path = Path(field).expanduser().resolve()
+    if not path.is_dir():
+        raise FileNotFoundError(f"--field {path}: no such field-cohort folder")
+    return str(path)
 
 
 def reopen_run(run_dir: str | os.PathLike) -> RunContext:

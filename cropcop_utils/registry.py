@@ -148,6 +148,10 @@ HEADLINES: tuple[tuple[str, str, str], ...] = (
      "fruit-label slice: change, interval low (exploratory)"),
     ("analysis/fruit_slice.json", "figures.slice.paired.reference_to_pte.mean_recall.hi",
      "fruit-label slice: change, interval high (exploratory)"),
+    ("field/field.json", "figures.pte_lab_accuracy", ".pte: lab test accuracy, field cohort's classes"),
+    ("field/field.json", "figures.pte_field_accuracy", ".pte: zero-shot accuracy on the field cohort"),
+    ("field/field.json", "figures.pte_background_share", ".pte: share of the lab-to-field gap, background"),
+    ("field/field.json", "figures.pte_off_leaf_occlusion_lab", ".pte: occlusion mass off the leaf, lab test"),
 )
 _MAX_TEXT = 80
 

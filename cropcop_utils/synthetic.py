@@ -24,7 +24,17 @@ folders), originals}], files: [{rel_path (POSIX, relative to corpus/), class, sp
 null), parent_class, transform (reencode|resize|crop|brightness|null), transform_params, family (re-shot
 family id; the family's original carries it too), broken_kind (zero_byte|truncated|not_an_image|null),
 exif_orientation (1, 6, 8; null when there is no EXIF), label_conflict, crosses_split, render ({uid,
-shot} for :func:`render_upright`), bytes, sha256}], summary}.
+shot} for :func:`render_upright`), bytes, sha256}], summary, lab_masks: {dir, files: {corpus rel_path:
+mask path under masks/}}, field: {dir, per_class, classes, untested_lab_classes, not_in_lab_class_map,
+files: [{rel_path (under field/), class, k, mask_rel_path (under field/), leaf_fraction, broken_kind,
+bytes, sha256}], n_photos, n_broken}}.
+
+Chapter 10's data: ``masks/<class>/<stem>.png`` holds the true leaf mask of every loadable lab image,
+upright as the loading contract hands it over (near duplicates get their parent's mask under the same
+crop or resize), outside ``corpus/`` so the corpus scan is unchanged; ``field/`` is the field cohort
+(:mod:`cropcop_utils.synthetic_field`: ``synthetic.field_per_class`` photos per class, cluttered
+backgrounds, the leaf's mask at ``field/masks/<class>/<stem>.png``).  Both come from their own
+random streams: the lab corpus's bytes do not depend on them.
 """
 
 from __future__ import annotations
@@ -48,15 +58,20 @@ from tqdm import tqdm
 
 from .config import RunContext, progress_wanted
 from .evidence import atomic_write_json, sha256_bytes, sha256_json
-from .synthetic_drawing import render_upright
+from .synthetic_drawing import render_upright as render_upright  # re-exported: the planted truth names it
+from .synthetic_drawing import render_with_mask
+from .synthetic_field import encode_mask, render_cohort
 from .synthetic_world import CLASS_BY_NAME, CLASSES, SOURCES
 
 GENERATOR = "cropcop_utils.synthetic"
-GENERATOR_VERSION = "1.0.0"
+GENERATOR_VERSION = "1.1.0"
 CORPUS_DIR = "corpus"
+FIELD_DIR = "field"    # the field cohort (chapter 10), beside the corpus so its scan is unchanged
+MASKS_DIR = "masks"    # true leaf masks of the lab images: masks/<class>/<stem>.png
 TRUTH_NAME = "planted.json"
 PENDING_NAME = ".planted.json.pending"  # the truth of a corpus being moved into place
 PARTIAL_PREFIX = ".corpus.partial-"
+OUTPUT_DIRS = (CORPUS_DIR, FIELD_DIR, MASKS_DIR)
 SPLITS = ("train", "val", "test")
 TRANSFORMS = ("reencode", "resize", "crop", "brightness")
 PAIR_KINDS = ("byte_copy", *TRANSFORMS, "reshot")
@@ -75,6 +90,7 @@ DEFAULTS: dict[str, Any] = {
     "crossing_fraction": 0.3,       # of each leakage kind that crosses the inherited split
     "label_conflicts": 2,           # copies filed under another class of the same crop
     "oriented_fraction": 0.01,      # originals stored rotated with EXIF orientation 6 or 8
+    "field_per_class": 16,          # field photographs per class (cohort of chapter 10; 0: none)
 }
 
 
@@ -117,6 +133,8 @@ def resolve_params(params: dict[str, Any] | None) -> dict[str, Any]:
          and resolved["largest_class"] >= resolved["min_class_size"], "an integer >= min_class_size"),
         ("tail_ratio", isinstance(resolved["tail_ratio"], (int, float)) and resolved["tail_ratio"] >= 1,
          "a number >= 1"),
+        ("field_per_class", isinstance(resolved["field_per_class"], int)
+         and 0 <= resolved["field_per_class"] <= 5000, "an integer in [0, 5000]"),
         ("label_conflicts", isinstance(resolved["label_conflicts"], int)
          and 0 <= resolved["label_conflicts"] <= 10, "an integer in [0, 10]"),
         ("split_fractions", set(resolved["split_fractions"]) == set(SPLITS)
@@ -359,7 +377,20 @@ def _store_rotated(upright: Image.Image, orientation: int) -> Image.Image:
 def _derive(parent_bytes: bytes, transform: str, knobs: dict[str, Any]) -> Image.Image:
     """A near duplicate made from the parent FILE, as a re-saving tool would (EXIF rotation applied)."""
     with Image.open(io.BytesIO(parent_bytes)) as opened:
-        img = ImageOps.exif_transpose(opened).convert("RGB")
+        img = _reframe(ImageOps.exif_transpose(opened).convert("RGB"), transform, knobs)
+    if transform == "brightness":
+        return ImageEnhance.Brightness(img).enhance(knobs["factor"])
+    return img  # reencode: same pixels, another quality
+
+
+def _derive_mask(parent_mask: np.ndarray, transform: str, knobs: dict[str, Any]) -> np.ndarray:
+    """The true mask of a near duplicate: the parent's mask under the same geometry."""
+    layer = Image.fromarray(np.where(parent_mask, 255, 0).astype(np.uint8), mode="L")
+    return np.asarray(_reframe(layer, transform, knobs)) >= 128
+
+
+def _reframe(img: Image.Image, transform: str, knobs: dict[str, Any]) -> Image.Image:
+    """The geometry of a near-duplicate transform (resize, crop); other transforms keep the frame."""
     w, h = img.size
     if transform == "resize":
         return img.resize((max(8, round(w * knobs["factor"])), max(8, round(h * knobs["factor"]))),
@@ -369,9 +400,7 @@ def _derive(parent_bytes: bytes, transform: str, knobs: dict[str, Any]) -> Image
                h - round(knobs["bottom"] * h))
         cropped = img.crop(box)
         return cropped.resize((w, h), Image.Resampling.BICUBIC) if knobs["resize_back"] else cropped
-    if transform == "brightness":
-        return ImageEnhance.Brightness(img).enhance(knobs["factor"])
-    return img  # reencode: same pixels, another quality
+    return img
 
 
 _NOT_AN_IMAGE = (b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n"
@@ -379,25 +408,44 @@ _NOT_AN_IMAGE = (b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></he
                  b"</body></html>\n")
 
 
-def _render_all(items: list[_Item], p: dict[str, Any]) -> dict[int, bytes]:
+def _render_all(items: list[_Item], p: dict[str, Any]) -> tuple[dict[int, bytes], dict[int, np.ndarray]]:
+    """Every file's bytes and, for every loadable image, its true leaf mask (upright, as loaded)."""
     data: dict[int, bytes] = {}
+    masks: dict[int, np.ndarray] = {}
     drawn = [it for it in items if it.uid >= 0]
     for it in tqdm(drawn, desc="synthetic corpus", unit="img", disable=None if progress_wanted() else True):
-        upright = render_upright(p["seed"], p["image_px"], it.cls, it.source, it.uid, it.shot)
+        upright, mask = render_with_mask(p["seed"], p["image_px"], it.cls, it.source, it.uid, it.shot)
+        if it.broken_kind is None:
+            masks[id(it)] = mask
         blob = _encode(_store_rotated(upright, it.orientation or 1), SOURCES[it.source].quality,
                        it.source, it.when, it.orientation or 1)
         data[id(it)] = blob[: int(0.4 * len(blob))] if it.broken_kind == "truncated" else blob
     for it in items:
         if it.origin == "byte_copy":
             data[id(it)] = data[id(it.parent)]
+            masks[id(it)] = masks[id(it.parent)]
         elif it.origin == "near_duplicate":
             img = _derive(data[id(it.parent)], it.transform, it.knobs)
             data[id(it)] = _encode(img, it.knobs["quality"], it.source, it.when, 1)
+            masks[id(it)] = _derive_mask(masks[id(it.parent)], it.transform, it.knobs)
         elif it.broken_kind == "zero_byte":
             data[id(it)] = b""
         elif it.broken_kind == "not_an_image":
             data[id(it)] = _NOT_AN_IMAGE
-    return data
+    return data, masks
+
+
+def lab_mask_paths(out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Corpus ``rel_path`` → its true leaf mask file, for every loadable lab image (from planted.json;
+    ``out_dir`` is the folder holding it, ``<run>/synthetic``)."""
+    out_dir = Path(out_dir)
+    listed = load_truth(out_dir).get("lab_masks", {}).get("files", {})
+    return {rel: out_dir / MASKS_DIR / mask for rel, mask in listed.items()}
+
+
+def lab_mask_rel_path(rel_path: str, class_name: str) -> str:
+    """Where a corpus file's true mask lives under ``masks/``: ``<class>/<stem>.png`` (stems are unique)."""
+    return f"{class_name}/{Path(rel_path).stem}.png"
 
 
 # --------------------------------------------------------------------------- the ground truth
@@ -444,7 +492,8 @@ def _summary(files: list[dict[str, Any]], classes: list[dict[str, Any]]) -> dict
     }
 
 
-def _truth(items: list[_Item], data: dict[int, bytes], p: dict[str, Any]) -> dict[str, Any]:
+def _truth(items: list[_Item], data: dict[int, bytes], p: dict[str, Any], field_truth: dict[str, Any],
+           lab_masks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     files = sorted((_file_entry(it, data[id(it)]) for it in items), key=lambda f: f["rel_path"])
     counts = Counter(f["class"] for f in files)
     originals = Counter(f["class"] for f in files if f["origin"] in ("original", "singleton"))
@@ -464,64 +513,98 @@ def _truth(items: list[_Item], data: dict[int, bytes], p: dict[str, Any]) -> dic
         "classes": classes,
         "files": files,
         "summary": _summary(files, classes),
+        "lab_masks": {"dir": MASKS_DIR, "files": lab_masks},
+        "field": {"dir": FIELD_DIR, **field_truth},
     }
 
 
 # --------------------------------------------------------------------------- public API
 def generate(out_dir: str | os.PathLike, params: dict[str, Any] | None) -> Path:
-    """Write ``out_dir/corpus/...`` and then ``out_dir/planted.json``; return the planted.json path.
+    """Write ``out_dir/{corpus,masks,field}/...`` and then ``out_dir/planted.json``; return its path.
 
-    An existing ``corpus/`` is replaced only if its ``planted.json`` is this generator's and lists every
-    file in it; otherwise :class:`SyntheticCorpusConflict` is raised and nothing is touched.
+    ``corpus/`` is the lab corpus, ``masks/`` the true leaf mask of every loadable lab image
+    (``<class>/<stem>.png``) and ``field/`` the field cohort (``<class>/<file>.jpg`` with its masks at
+    ``field/masks/<class>/<stem>.png``).  An existing folder is replaced only if its ``planted.json``
+    is this generator's and lists every file in it; otherwise :class:`SyntheticCorpusConflict` is
+    raised and nothing is touched.
     """
     p = resolve_params(params)
     out_dir = Path(out_dir)
-    corpus, truth_path, pending = out_dir / CORPUS_DIR, out_dir / TRUTH_NAME, out_dir / PENDING_NAME
-    if corpus.exists():
-        _prove_ours(corpus, truth_path if truth_path.exists() else pending)
+    truth_path, pending = out_dir / TRUTH_NAME, out_dir / PENDING_NAME
+    for name in OUTPUT_DIRS:
+        if (out_dir / name).exists():
+            _prove_ours(out_dir / name, truth_path if truth_path.exists() else pending, name)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob(PARTIAL_PREFIX + "*"):  # left by a killed run; the prefix is ours
-        shutil.rmtree(stale, ignore_errors=True)
+    for name in OUTPUT_DIRS:  # left by a killed run; the prefixes are ours
+        for stale in out_dir.glob(f".{name}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)
 
     items = _plan(p)
-    data = _render_all(items, p)
-    partial = Path(tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=out_dir))
+    data, masks = _render_all(items, p)
+    lab_masks = {it.rel_path: lab_mask_rel_path(it.rel_path, it.cls) for it in items if id(it) in masks}
+    field_files, field_truth = render_cohort(p["seed"], p["image_px"], p["field_per_class"])
+    outputs = {
+        CORPUS_DIR: {it.rel_path: data[id(it)] for it in items},
+        MASKS_DIR: {lab_masks[it.rel_path]: encode_mask(masks[id(it)]) for it in items if id(it) in masks},
+        FIELD_DIR: field_files,
+    }
+    partials = {name: Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=out_dir)) for name in OUTPUT_DIRS}
     try:
-        for it in items:
-            target = partial / it.rel_path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data[id(it)])
-        # The pending truth lists the new files, so a run killed while swapping folders leaves a
-        # corpus that the next run can still prove it wrote.
-        atomic_write_json(pending, _truth(items, data, p))
+        for name, files in outputs.items():
+            for rel, blob in files.items():
+                target = partials[name] / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(blob)
+        # The pending truth lists the new files, so a run killed while swapping folders leaves
+        # folders that the next run can still prove it wrote.
+        atomic_write_json(pending, _truth(items, data, p, field_truth, lab_masks))
         if truth_path.exists():
             truth_path.unlink()  # from here until the last line there is no planted.json: "incomplete"
-        if corpus.exists():
-            shutil.rmtree(corpus)
-        os.replace(partial, corpus)
+        for name in OUTPUT_DIRS:
+            if (out_dir / name).exists():
+                shutil.rmtree(out_dir / name)
+            os.replace(partials[name], out_dir / name)
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        for partial in partials.values():
+            shutil.rmtree(partial, ignore_errors=True)
         raise
     os.replace(pending, truth_path)
     return truth_path
 
 
-def _prove_ours(corpus: Path, truth_path: Path) -> None:
+def listed_files(truth: dict[str, Any], name: str = CORPUS_DIR) -> dict[str, int | None]:
+    """Files the truth lists under one output folder (path relative to it → bytes; None: not recorded).
+
+    A truth from before the field cohort lists nothing under ``field/`` or ``masks/``.
+    """
+    if name == CORPUS_DIR:
+        return {f["rel_path"]: f["bytes"] for f in truth["files"]}
+    if name == MASKS_DIR:
+        return dict.fromkeys(truth.get("lab_masks", {}).get("files", {}).values())
+    listed: dict[str, int | None] = {}
+    for f in truth.get("field", {}).get("files", []):
+        listed[f["rel_path"]] = f["bytes"]
+        if f["mask_rel_path"]:
+            listed[f["mask_rel_path"]] = None
+    return listed
+
+
+def _prove_ours(folder: Path, truth_path: Path, name: str = CORPUS_DIR) -> None:
     if not truth_path.exists():
         raise SyntheticCorpusConflict(
-            f"{corpus} exists but {truth_path.parent / TRUTH_NAME} does not: a half-written or foreign "
-            f"corpus. Delete {corpus} (it is not regenerated over automatically) and run again."
+            f"{folder} exists but {truth_path.parent / TRUTH_NAME} does not: a half-written or foreign "
+            f"corpus. Delete {folder} (it is not regenerated over automatically) and run again."
         )
     try:
         truth = load_truth(truth_path)
     except SyntheticTruthError as error:
-        raise SyntheticCorpusConflict(f"{corpus} cannot be proven to be generated: {error}") from None
-    listed = {f["rel_path"] for f in truth["files"]}
-    foreign = sorted(rel for rel in _files_on_disk(corpus) if rel not in listed)
+        raise SyntheticCorpusConflict(f"{folder} cannot be proven to be generated: {error}") from None
+    listed = listed_files(truth, name)
+    foreign = sorted(rel for rel in _files_on_disk(folder) if rel not in listed)
     if foreign:
         raise SyntheticCorpusConflict(
-            f"{corpus} holds {len(foreign)} file(s) that {truth_path} does not list (e.g. {foreign[0]!r}); "
-            f"refusing to delete it. Move those files away or delete {corpus} yourself."
+            f"{folder} holds {len(foreign)} file(s) that {truth_path} does not list (e.g. {foreign[0]!r}); "
+            f"refusing to delete it. Move those files away or delete {folder} yourself."
         )
 
 
@@ -531,10 +614,11 @@ def _files_on_disk(corpus: Path) -> list[str]:
 
 
 def corpus_matches(out_dir: str | os.PathLike, params: dict[str, Any] | None) -> bool:
-    """True when ``out_dir`` holds a complete corpus from these parameters (names and sizes checked)."""
+    """True when ``out_dir`` holds complete corpus, mask and field folders from these parameters (names
+    and sizes checked)."""
     out_dir = Path(out_dir)
-    corpus, truth_path = out_dir / CORPUS_DIR, out_dir / TRUTH_NAME
-    if not (corpus.is_dir() and truth_path.exists()):
+    truth_path = out_dir / TRUTH_NAME
+    if not (all((out_dir / name).is_dir() for name in OUTPUT_DIRS) and truth_path.exists()):
         return False
     try:
         truth = load_truth(truth_path)
@@ -542,10 +626,13 @@ def corpus_matches(out_dir: str | os.PathLike, params: dict[str, Any] | None) ->
         return False
     if truth["params_fingerprint"] != params_fingerprint(params):
         return False
-    expected = {f["rel_path"]: f["bytes"] for f in truth["files"]}
-    on_disk = _files_on_disk(corpus)
-    return set(on_disk) == set(expected) and all(
-        (corpus / rel).stat().st_size == expected[rel] for rel in on_disk)
+    for name in OUTPUT_DIRS:
+        expected, on_disk = listed_files(truth, name), _files_on_disk(out_dir / name)
+        if set(on_disk) != set(expected) or any(
+                expected[rel] is not None and (out_dir / name / rel).stat().st_size != expected[rel]
+                for rel in on_disk):
+            return False
+    return True
 
 
 def ensure_corpus(ctx: RunContext) -> Path:

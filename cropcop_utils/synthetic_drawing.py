@@ -501,6 +501,16 @@ def render_upright(seed: int, image_px: int, class_name: str, source: str, uid: 
     ``(seed, uid)``; ``shot > 0`` re-photographs the same leaf on the same bench — a few pixels and
     degrees off, with fresh lighting and sensor noise — which is what a re-shot family is.
     """
+    return render_with_mask(seed, image_px, class_name, source, uid, shot)[0]
+
+
+def render_with_mask(seed: int, image_px: int, class_name: str, source: str, uid: int,
+                     shot: int = 0) -> tuple[Image.Image, np.ndarray]:
+    """:func:`render_upright` and the subject's true mask (bool, ``image_px`` square, upright).
+
+    The mask is the subject's alpha after the pose transform, area-averaged to the output size and cut
+    at one half: a pixel is leaf when the leaf covers most of it (stalk included, shadow excluded).
+    """
     size = image_px * _SS
     spec, src = CLASS_BY_NAME[class_name], SOURCES[source]
     subject_rng = np.random.default_rng([seed, 1, uid])
@@ -535,4 +545,10 @@ def render_upright(seed: int, image_px: int, class_name: str, source: str, uid: 
     background = Image.fromarray(np.clip(bg, 0, 255).astype(np.uint8))
     composed = Image.composite(placed.convert("RGB"), background, alpha_t)
     small = composed.resize((image_px, image_px), Image.Resampling.LANCZOS)
-    return _finish(shot_rng, src, small, float(shot_rng.uniform(0.95, 1.05)))
+    image = _finish(shot_rng, src, small, float(shot_rng.uniform(0.95, 1.05)))
+    return image, downsample_mask(alpha_t, image_px)
+
+
+def downsample_mask(alpha: Image.Image, image_px: int) -> np.ndarray:
+    """A supersampled alpha as a boolean mask at the output size (area average, cut at one half)."""
+    return np.asarray(alpha.resize((image_px, image_px), Image.Resampling.BOX)) >= 128

@@ -35,7 +35,16 @@ def test_until_selects_a_prefix_of_the_chain():
 
 def test_cli_defaults():
     args = build_parser().parse_args(["book"])
-    assert (args.data, args.profile, args.until) == ("synthetic", "default", None)
+    assert (args.data, args.profile, args.until, args.field) == ("synthetic", "default", None, None)
+    args = build_parser().parse_args(["book", "--data", "lab", "--field", "orchard"])
+    assert (args.data, args.field) == ("lab", "orchard")
+
+
+def test_run_facts_name_the_field_cohort(tmp_path):
+    from cropcop_utils import config
+
+    ctx = config.open_run(tmp_path / "run", profile="smoke")
+    assert "synthetic field cohort" in book.render_run_facts(ctx, [])
 
 
 def _plant_corpus_chapter(tmp_path: Path, monkeypatch, body: str) -> Path:

@@ -68,3 +68,48 @@ def test_progress_bars_follow_the_caller_and_tqdm_disable(monkeypatch, env, requ
     else:
         monkeypatch.setenv("TQDM_DISABLE", env)
     assert config.progress_wanted(requested) is expected
+
+
+def test_field_defaults_to_synthetic_with_the_synthetic_corpus_and_is_recorded(tmp_path):
+    ctx = config.open_run(tmp_path / "run", profile="smoke")
+    assert ctx.params["field"] == "synthetic"
+    assert ctx.field_root == (tmp_path / "run").resolve() / "synthetic" / "field"
+    # A chapter notebook passes no field: the recorded one is used and the fingerprint holds.
+    assert config.open_run(tmp_path / "run", profile="smoke").field_root == ctx.field_root
+    assert config.reopen_run(tmp_path / "run").field_root == ctx.field_root
+
+
+def test_field_folder_is_recorded_absolute_and_reused_by_later_chapters(tmp_path, monkeypatch):
+    corpus, field = tmp_path / "lab", tmp_path / "orchard"
+    corpus.mkdir()
+    field.mkdir()
+    monkeypatch.chdir(tmp_path)
+    ctx = config.open_run(tmp_path / "run", profile="smoke", data=str(corpus), field="orchard")
+    assert ctx.params["field"] == str(field.resolve()) and ctx.field_root == field.resolve()
+    again = config.open_run(tmp_path / "run", profile="smoke", data=str(corpus))
+    assert again.fingerprint == ctx.fingerprint and again.field_root == field.resolve()
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(RunFolderConflict, match="field cohort"):
+        config.open_run(tmp_path / "run", profile="smoke", data=str(corpus), field=str(other))
+
+
+def test_real_corpus_without_field_has_none_and_bad_fields_are_refused(tmp_path):
+    corpus = tmp_path / "lab"
+    corpus.mkdir()
+    ctx = config.open_run(tmp_path / "run", profile="smoke", data=str(corpus))
+    assert ctx.params["field"] is None and ctx.field_root is None
+    with pytest.raises(FileNotFoundError, match="no such field-cohort folder"):
+        config.open_run(tmp_path / "run2", profile="smoke", data=str(corpus), field=str(tmp_path / "nope"))
+    with pytest.raises(ValueError, match="needs --data synthetic"):
+        config.open_run(tmp_path / "run3", profile="smoke", data=str(corpus), field="synthetic")
+    assert not (tmp_path / "run2").exists() and not (tmp_path / "run3").exists()
+
+
+def test_run_folders_from_before_the_field_option_still_reopen(tmp_path):
+    params = config.load_profile("smoke")
+    params["data"] = "synthetic"
+    (tmp_path / "params.yaml").write_text(
+        yaml.safe_dump({"fingerprint": config.sha256_json(params), "params": params}, sort_keys=False))
+    ctx = config.open_run(tmp_path, profile="smoke")
+    assert "field" not in ctx.params and ctx.field_root is None
