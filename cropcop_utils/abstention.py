@@ -612,3 +612,74 @@ def deployment(pte: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
                                                                "accuracy_all"))),
         "out_of_scope": _merge({"n": oos["n"]}, _share("rejection_rate", oos["rejection_rate"])),
     }
+
+
+# --------------------------------------------------------------------------- tables and prose
+def _pct(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{100 * value:.{digits}f} %"
+
+
+def _pct_ci(share: dict[str, Any]) -> str:
+    if share["value"] is None:
+        return f"n/a ({share['reason']})"
+    return f"{_pct(share['value'])} [{_pct(share['ci'][0])}, {_pct(share['ci'][1])}]"
+
+
+def summary_table(record: dict[str, Any]) -> pd.DataFrame:
+    """One row per state: temperature, ECE, AURC and what the threshold did (lab, field, out of scope)."""
+    score = record["params"]["score"]
+    rows = []
+    for s in record["figures"]["states"].values():
+        chosen = s["selective"][score]
+        conformal = s["conformal"]
+        row = {"state": s["label"], "temperature": s["temperature"],
+               "ece_before": s["calibration"]["before"]["ece"], "ece_after": s["calibration"]["after"]["ece"],
+               "nll_before": s["calibration"]["before"]["nll"], "nll_after": s["calibration"]["after"]["nll"],
+               **{f"aurc_{name}": s["selective"][name]["aurc"] for name in SCORES},
+               "threshold": chosen["choice"]["threshold"], "coverage": chosen["test"]["coverage"]["value"],
+               "selective_risk": chosen["test"]["selective_risk"]["value"],
+               **{f"conformal_{k}": v["marginal"]["coverage"]["value"] for k, v in conformal.items()},
+               "out_of_scope_rejected": s["out_of_scope"]["rejection_rate"]["value"]}
+        if s["field"]:
+            row.update({"field_abstained": s["field"]["abstained_share"]["value"],
+                        "field_accuracy_accepted": s["field"]["accuracy_accepted"]["value"],
+                        "field_accuracy_all": s["field"]["accuracy_all"]["value"]})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def closing_note(record: dict[str, Any]) -> str:
+    """Markdown: per state, every headline number of the chapter, read from ``abstention.json``."""
+    f, p = record["figures"], record["params"]
+    score, level = p["score"], round(100 * float(p["ci_level"]))
+    lines = [f"Temperatures were fitted on the {f['n_val']} validation rows; everything below is measured "
+             f"on the {f['n_test']} locked test rows (recorded predictions) unless it says field or "
+             f"out-of-scope. The threshold on the **{SCORE_LABELS[score]}** was chosen on validation for "
+             f"a target risk of {_pct(float(p['target_risk']))}; intervals are {level} % (Wilson for shares, "
+             "bootstrap for ECE).", ""]
+    for s in f["states"].values():
+        cal, chosen = s["calibration"], s["selective"][score]
+        conformal = ", ".join(f"{k} % → {_pct(v['marginal']['coverage']['value'])} (mean set size "
+                              f"{v['marginal']['mean_set_size']:.2f})" for k, v in s["conformal"].items())
+        text = (f"- **{s['label']}** (T = {s['temperature']:.2f}): ECE {_pct(cal['before']['ece'])} → "
+                f"{_pct(cal['after']['ece'])} [{_pct(cal['after']['ece_ci'][0])}, "
+                f"{_pct(cal['after']['ece_ci'][1])}]; at the threshold, lab coverage "
+                f"{_pct_ci(chosen['test']['coverage'])} with selective risk "
+                f"{_pct_ci(chosen['test']['selective_risk'])}")
+        if not chosen["choice"]["target_met_on_val"]:
+            text += f" ({chosen['choice']['reason']})"
+        text += f"; conformal coverage (lab, nominal → observed) {conformal}"
+        if s["field"]:
+            fc = ", ".join(f"{k} % → {_pct(v['coverage']['value'])}"
+                           for k, v in s["field"]["conformal"].items())
+            text += (f"; field: abstains on {_pct_ci(s['field']['abstained_share'])}, accuracy on the rest "
+                     f"{_pct_ci(s['field']['accuracy_accepted'])} vs {_pct_ci(s['field']['accuracy_all'])} "
+                     f"on all, conformal coverage {fc}")
+        text += f"; out-of-scope images rejected: {_pct_ci(s['out_of_scope']['rejection_rate'])}."
+        lines.append(text)
+    lines.append("")
+    lines.append(f["field_note"] + "." if f["field_note"] else
+                 "The field cohort is chapter 10's; its labels map field conditions to lab classes.")
+    if f["other_crop_note"]:
+        lines.append(f"No leaves of another crop were scored: {f['other_crop_note']}.")
+    return "\n".join(lines)

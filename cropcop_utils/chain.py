@@ -32,4 +32,5 @@ CHAPTERS: tuple[ChapterSpec, ...] = (
     ChapterSpec("runtime", "07_runtime", "Runtime", "runtime/runtime.json"),
     ChapterSpec("per_class", "08_per_class", "Per-class analysis", "analysis/per_class.json"),
     ChapterSpec("fruit_slice", "09_fruit_slice", "Fruit-label slice", "analysis/fruit_slice.json"),
+    ChapterSpec("abstention", "11_abstention", "Calibration and abstention", "abstention/abstention.json"),
 )
