@@ -546,7 +546,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
                  "temperature_fit": "scipy.optimize.minimize_scalar (bounded) on the validation NLL",
                  "conformal_library": "crepes (split conformal, hinge non-conformity)",
                  "field_given": field is not None,
-                 "field_note": None if field else "no field cohort was given to this run",
+                 "field_note": None if field else "No field cohort was given to this run",
                  "out_of_scope_sources": out_of_scope["pte"]["source"].value_counts().sort_index().to_dict(),
                  "other_crop_note": other_crop_note,
                  "states": states},

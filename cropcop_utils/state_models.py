@@ -68,7 +68,7 @@ def load_state(ch: Chapter, name: str, n_classes: int) -> LoadedState:
     if name == "int8":
         from . import quant
 
-        program = quant.load_program(ch.verify(rel_path).read_bytes())
+        program = quant.load_program(ch.verify(rel_path).read_bytes()).module()
         return LoadedState(name, lambda batch: program(batch), ch.inputs[rel_path])
     from . import runtime
 

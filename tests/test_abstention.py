@@ -233,3 +233,33 @@ def test_rejection_rate_counts_rows_below_the_threshold():
     result = ab.rejection_block(frame, 1.0, 0.5, "msp", 0.95)
     assert result["rejection_rate"]["value"] == pytest.approx(2 / 3)
     assert result["by_source"]["noise"]["value"] == 1.0 and result["by_source"]["photo"]["value"] == 0.0
+
+
+# --------------------------------------------------------------------------- whole chapter (smoke book)
+@pytest.fixture(scope="module")
+def smoke_chapter(smoke_book):
+    from cropcop_utils import config
+
+    ctx = config.reopen_run(smoke_book["run_dir"])
+    notebook = smoke_book["book_root"] / "book" / "11_abstention.ipynb"
+    return ctx, notebook, json.loads((ctx.run_dir / "abstention" / "abstention.json").read_text())
+
+
+@pytest.mark.slow
+def test_chapter_runs_headless_and_writes_the_recipe(smoke_chapter):
+    from cropcop_utils.evidence import verify_registry
+
+    ctx, notebook, record = smoke_chapter
+    assert verify_registry(ctx.run_dir)["matches"].all()
+    assert ab.PTE_VAL in record["outputs"] and "runtime/model.pte" in record["inputs"]
+    pte_val = pd.read_parquet(ctx.run_dir / ab.PTE_VAL)
+    recipe = record["deployment"]
+    assert recipe["state"] == "pte" and set(pte_val["model_state"]) == {recipe["model_state"]}
+    assert recipe["model_state"] == record["figures"]["states"]["pte"]["model_state"]
+    assert recipe["field"] is None and record["figures"]["field_note"]
+    assert recipe["out_of_scope"]["n"] == sum(record["figures"]["out_of_scope_sources"].values())
+    assert all(s["temperature"] > 0 for s in record["figures"]["states"].values())
+    cells = json.loads(notebook.read_text())["cells"]
+    outputs = [o for c in cells for o in c.get("outputs", [])]
+    assert outputs and not [o for o in outputs if o["output_type"] == "error"]
+    assert any("ECE" in "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
