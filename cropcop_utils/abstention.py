@@ -442,14 +442,26 @@ def field_block(field_logits: np.ndarray, cohort: pd.DataFrame, temperature: flo
         sets = conformal_sets(val_prob, val_y, prob[labelled], float(nominal), int(params["seed"]))
         conformal[f"{round(100 * float(nominal))}"] = {"nominal": float(nominal),
                                                        **set_summary(sets, y[labelled], level)}
-    return {"n": int(len(y)), "labelled": int(labelled.sum()),
-            "abstained_share": proportion(int((~accepted).sum()), len(y), level, "field images"),
+    out = {"n": int(len(y)), "labelled": int(labelled.sum()),
+           **_field_shares(accepted, correct, labelled, level), "conformal": conformal}
+    # a source label mapped to a lab class by symptom (frogeye leaf spot -> black rot) is reported apart
+    sources = cohort["source_label"].astype(str).to_numpy() if "source_label" in cohort else None
+    out["by_source_label"] = {} if sources is None else {
+        source: {"n": int((sources == source).sum()),
+                 **_field_shares(accepted[sources == source], correct[sources == source],
+                                 labelled[sources == source], level)}
+        for source in sorted(set(sources))}
+    return out
+
+
+def _field_shares(accepted: np.ndarray, correct: np.ndarray, labelled: np.ndarray,
+                  level: float) -> dict[str, Any]:
+    return {"abstained_share": proportion(int((~accepted).sum()), len(accepted), level, "field images"),
             "accuracy_accepted": proportion(int((correct & accepted & labelled).sum()),
                                             int((accepted & labelled).sum()), level,
                                             "accepted labelled field images"),
             "accuracy_all": proportion(int((correct & labelled).sum()), int(labelled.sum()), level,
-                                       "labelled field images"),
-            "conformal": conformal}
+                                       "labelled field images")}
 
 
 def rejection_block(frame: pd.DataFrame, temperature: float, threshold: float, score: str,

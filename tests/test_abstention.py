@@ -201,6 +201,10 @@ def test_field_path_on_a_fixture(tmp_path):
     assert result["accuracy_accepted"]["value"] == pytest.approx(3 / 4)
     assert result["accuracy_all"]["value"] == pytest.approx(4 / 6)
     assert set(result["conformal"]) == {"90", "95"}
+    by_source = result["by_source_label"]
+    assert set(by_source) == {"a", "b", "c2"} and by_source["c2"]["n"] == 2
+    assert by_source["a"]["accuracy_all"]["value"] == 0.5
+    assert by_source["c2"]["abstained_share"]["value"] == 0.5
     recipe = ab.deployment(pte_result(field=result), {**PARAMS, "score": "msp"})
     assert set(recipe["field"]) == {"n", "abstained_share", "abstained_share_ci", "accuracy_accepted",
                                     "accuracy_accepted_ci", "accuracy_all", "accuracy_all_ci"}
@@ -263,3 +267,34 @@ def test_chapter_runs_headless_and_writes_the_recipe(smoke_chapter):
     outputs = [o for c in cells for o in c.get("outputs", [])]
     assert outputs and not [o for o in outputs if o["output_type"] == "error"]
     assert any("ECE" in "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+
+
+def write_images(root, rel_paths):
+    from PIL import Image
+
+    for rel in rel_paths:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), (0, 120, 0)).save(root / rel)
+
+
+def test_other_crop_leaves_are_sampled_deterministically_for_a_one_crop_corpus(tmp_path):
+    from cropcop_utils.config import RunContext
+
+    other = tmp_path / "tomato"
+    write_images(other, [f"train/Tomato___healthy/{i}.jpg" for i in range(5)]
+                 + ["train/Apple___scab/0.jpg", "train/.hidden.jpg"])
+    (other / "notes.txt").write_text("not an image")
+    ctx = RunContext(run_dir=tmp_path / "run", params={"data": str(tmp_path / "apple")}, fingerprint="x")
+    apple = {"classes": [{"name": "Apple_scab", "crop": "apple"}, {"name": "Apple_rust", "crop": "apple"}]}
+    params = {**PARAMS, "other_crop_data": str(other), "other_crop_images": 3}
+    rows, root, note = ab.other_crop_rows(ctx, apple, params)
+    assert note is None and root == other.resolve() and len(rows) == 3
+    assert all(r.startswith("train/Tomato___healthy/") for r in rows["rel_path"])
+    assert rows.equals(ab.other_crop_rows(ctx, apple, params)[0]) and (rows["source"] == "other_crop").all()
+
+    mixed = {"classes": [*apple["classes"], {"name": "Tomato_healthy", "crop": "tomato"}]}
+    assert "2 crops" in ab.other_crop_rows(ctx, mixed, params)[2]
+    assert "no other-crop folder" in ab.other_crop_rows(ctx, apple, {**params, "other_crop_data": None})[2]
+    assert "does not exist" in ab.other_crop_rows(ctx, apple, {**params, "other_crop_data": "/nope"})[2]
+    own = RunContext(run_dir=tmp_path / "run", params={"data": str(other)}, fingerprint="x")
+    assert "own corpus" in ab.other_crop_rows(own, apple, params)[2]
