@@ -33,4 +33,5 @@ CHAPTERS: tuple[ChapterSpec, ...] = (
     ChapterSpec("per_class", "08_per_class", "Per-class analysis", "analysis/per_class.json"),
     ChapterSpec("fruit_slice", "09_fruit_slice", "Fruit-label slice", "analysis/fruit_slice.json"),
     ChapterSpec("field", "10_field", "Field transfer and background reliance", "field/field.json"),
+    ChapterSpec("abstention", "11_abstention", "Calibration and abstention", "abstention/abstention.json"),
 )
