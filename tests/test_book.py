@@ -1,3 +1,4 @@
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,26 @@ def test_a_cell_over_the_profile_timeout_fails_its_chapter(tmp_path, monkeypatch
         book.run_book(tmp_path / "run", profile=str(tmp_path / "quick.yaml"), until="corpus", html=False,
                       book_root=tmp_path / "root", log=lambda _: None)
     assert "CellTimeoutError" in str(failure.value) and str(executed) in str(failure.value)
+
+
+def test_a_render_holds_only_the_run_it_renders(tmp_path, monkeypatch):
+    """Figures and pages an earlier render left under _build are gone before jupyter-book runs."""
+    stale = [tmp_path / "_build/html/_images/earlier_run_figure.png", tmp_path / "_build/html/book/old.html",
+             tmp_path / "_build/.doctrees/environment.pickle",
+             tmp_path / "_build/jupyter_execute/book/08_per_class_0.png"]
+    for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"earlier run")
+    seen = {}
+
+    def fake_build(command, **kwargs):
+        seen["left"] = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "_build").rglob("*")
+                              if p.is_file())
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(book.subprocess, "run", fake_build)
+    book.build_html(tmp_path, tmp_path / "toc.yml")
+    assert seen["left"] == []
 
 
 @pytest.mark.slow
