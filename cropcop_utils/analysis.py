@@ -549,6 +549,30 @@ def per_class_prose(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def state_metric_table(record: dict[str, Any]) -> pd.DataFrame:
+    """Chapter 8's model-state table: one row per state, one column per metric, in percent with the
+    bootstrap interval ("71.25 (68.10–74.30)")."""
+    f = record["figures"]
+
+    def cell(stat: dict[str, Any]) -> str:
+        if stat["value"] is None:
+            return "undefined"
+        bounds = "" if stat["lo"] is None else f" ({100 * stat['lo']:.2f}–{100 * stat['hi']:.2f})"
+        return f"{100 * stat['value']:.2f}{bounds}"
+
+    rows = [{"state": STATE_LABELS[state], **{f"{metrics.METRIC_LABELS[m]} %": cell(stats[m])
+                                              for m in metrics.METRICS if m in stats}}
+            for state, stats in f["states"].items()]
+    return pd.DataFrame(rows)
+
+
+def state_identity_table(record: dict[str, Any]) -> pd.DataFrame:
+    """Which file each state's predictions came from, its model-state SHA-256 and its locked-test reads."""
+    return pd.DataFrame([{"state": v["label"], "prediction file": v["file"], "model state (SHA-256)":
+                          v["model_state"], "locked-test reads": v["test_reads"]}
+                         for v in record.get("states", {}).values()])
+
+
 def fruit_slice_prose(record: dict[str, Any]) -> str:
     f = record["figures"]
     rule = f"`{f['rule']['field']} == {f['rule']['equals']}`"

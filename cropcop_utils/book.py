@@ -92,6 +92,7 @@ def prepare_book_root(book_root: Path) -> Path:
     if book_root != REPO_ROOT:
         shutil.copy2(REPO_ROOT / "_config.yml", book_root / "_config.yml")
         shutil.copy2(REPO_ROOT / "book" / "intro.md", book_root / "book" / "intro.md")
+        shutil.copytree(REPO_ROOT / "_static", book_root / "_static", dirs_exist_ok=True)
     return book_root
 
 
