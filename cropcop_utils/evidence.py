@@ -11,6 +11,7 @@ import datetime as _dt
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import sys
@@ -208,7 +209,35 @@ def verify_registry(run_dir: str | os.PathLike) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["path", "chapter", "bytes", "sha256", "found_sha256", "matches"])
 
 
+def native_output_note(record: dict[str, Any]) -> str:
+    """The one line a chapter shows in place of captured native output: where it is and how long."""
+    return " ".join(f"Native library output ({entry['lines']:,} lines of C/C++ and library logging) is in "
+                    f"`{path}` in the run folder, registered with its SHA-256; it is not shown here."
+                    for path, entry in record.get("native_output", {}).items())
+
+
 # --------------------------------------------------------------------------- chapter record
+@contextmanager
+def _library_logs_to(fd: int) -> Iterator[None]:
+    """Point the console handlers of Python loggers (torch's own, set up at import) at ``fd`` for a block.
+
+    Libraries log notices such as torch's pytree deprecation line through a handler that holds the
+    kernel's stderr object, which the descriptor capture cannot see; those lines belong in the same log.
+    """
+    consoles = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    loggers = [logging.getLogger(), *(item for item in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(item, logging.Logger))]
+    handlers = [h for logger in loggers for h in logger.handlers
+                if type(h) is logging.StreamHandler and h.stream in consoles]
+    with os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace") as stream:
+        previous = [h.setStream(stream) for h in handlers]
+        try:
+            yield
+        finally:
+            for handler, old in zip(handlers, previous, strict=True):
+                handler.setStream(old)
+
+
 class Chapter:
     """One chapter's view of the run folder: verified reads, registered atomic writes, one JSON record.
 
@@ -275,7 +304,7 @@ class Chapter:
             stream.flush()
         with tempfile.TemporaryFile() as capture:
             try:
-                with pipes(stdout=capture, stderr=STDOUT):
+                with pipes(stdout=capture, stderr=STDOUT), _library_logs_to(capture.fileno()):
                     yield
             finally:
                 capture.seek(0)

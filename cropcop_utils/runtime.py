@@ -380,8 +380,8 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     frozen = load_frozen(ch)
     ptq_record = ch.read_json("ptq/ptq.json")
     selected = ptq_record["selected_graph"]
-    program = quant.load_program(ch.verify(quant.SELECTED, selected["sha256"]).read_bytes())
     with ch.native_output(NATIVE_LOG):  # ExecuTorch's C++ logging goes to the log, not the book
+        program = quant.load_program(ch.verify(quant.SELECTED, selected["sha256"]).read_bytes())
         data, delegation, delegation_summary = lower(program)
     atomic_write_bytes(ch.path(PTE), data)
     pte_sha = ch.record_output(PTE)

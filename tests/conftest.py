@@ -36,7 +36,7 @@ def smoke_book(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tomato_smoke_book(tmp_path_factory, tomato_root):
-    """The whole chain on the real PlantVillage tomato corpus, read in place: the smoke profile's
+    """The whole chain on the real PlantVillage tomato corpus, read in place: the smoke_real profile's
     ``corpus.sample_fraction`` keeps ~5 % of it (byte-identical copies together, the inherited train/test
     folders as they are), executed headless and rendered with -W.  A figure of an "earlier run" is
     planted under ``_build/html`` first: the render must not keep it."""
@@ -47,6 +47,6 @@ def tomato_smoke_book(tmp_path_factory, tomato_root):
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"a figure of an earlier run")
     lines: list[str] = []
-    result = run_book(base / "run", profile="smoke", data=str(tomato_root), html=True,
+    result = run_book(base / "run", profile="smoke_real", data=str(tomato_root), html=True,
                       book_root=base / "book_root", log=lines.append)
     return {**result, "log": lines, "book_root": base / "book_root", "stale_figure": stale}

@@ -122,18 +122,32 @@ def test_atomic_write_json_names_the_key_path_and_keeps_the_old_file(tmp_path):
 
 def test_native_output_goes_to_a_registered_log(tmp_path):
     import ctypes
+    import logging
     import os
+    import sys
 
     chapter = Chapter(tmp_path, "runtime")
     libc = ctypes.CDLL(None)
     with chapter.native_output():
         os.write(2, b"[cpuinfo_utils.cpp:71] native line\n")
         libc.puts(b"from printf")
-    with chapter.native_output():
-        os.write(1, b"second block\n")
+    library = logging.getLogger("a_library.module")
+    console = logging.StreamHandler(sys.stderr)  # as torch sets its loggers up at import
+    library.addHandler(console)
+    try:
+        with chapter.native_output():
+            os.write(1, b"second block\n")
+            library.warning("a library notice")
+    finally:
+        library.removeHandler(console)
+    assert console.stream is sys.stderr  # restored after the block
     log = (tmp_path / "runtime" / "native.log").read_text()
-    assert log.splitlines() == ["[cpuinfo_utils.cpp:71] native line", "from printf", "second block"]
+    assert log.splitlines() == ["[cpuinfo_utils.cpp:71] native line", "from printf", "second block",
+                                "a library notice"]
     record = chapter.finish({})
-    assert record["native_output"] == {"runtime/native.log": {"lines": 3, "bytes": len(log)}}
+    assert record["native_output"] == {"runtime/native.log": {"lines": 4, "bytes": len(log)}}
+    assert "(4 lines" in evidence.native_output_note(record) and "`runtime/native.log`" in \
+        evidence.native_output_note(record)
+    assert evidence.native_output_note({"figures": {}}) == ""
     assert evidence.read_registry(tmp_path)["runtime/native.log"]["sha256"] == evidence.sha256_file(
         tmp_path / "runtime" / "native.log")
