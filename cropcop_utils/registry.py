@@ -260,12 +260,19 @@ def _interval(stat: dict[str, Any], show: Callable[[float | None], str] = percen
            f"{show(stat.get('hi'))})"
 
 
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
 def _corpus_sentence(r: dict[str, Any]) -> str:
     f = r["figures"]
+    n = f["quarantined"]
+    quarantined = (f"{n:,} {'file was' if n == 1 else 'files were'} quarantined, each with a reason" if n
+                   else "none was quarantined")
     text = (f"The corpus scan saw {f['files_seen']:,} files and admitted {f['admitted']:,} images in "
-            f"{f['n_classes_admitted']} classes; {f['quarantined']:,} were quarantined, each with a reason")
+            f"{f['n_classes_admitted']} classes; {quarantined}")
     if f.get("not_sampled"):
-        text += (f", and {f['not_sampled']:,} were left out by the {percent(f['sample']['fraction'])} "
+        text += (f"; {f['not_sampled']:,} were left out by the {percent(f['sample']['fraction'])} "
                  "content-hash sample (listed, not dropped)")
     return text + "."
 
@@ -273,26 +280,33 @@ def _corpus_sentence(r: dict[str, Any]) -> str:
 def _audit_sentence(r: dict[str, Any]) -> str:
     f = r["figures"]
     rel, decision = f["relationships"], f.get("inherited_partition", {})
-    text = (f"The audit found {rel['trusted']:,} trusted duplicate relationships ({rel['exact_bytes']:,} "
-            f"byte-identical files, {rel['exact_pixels']:,} identical pixel contents, "
-            f"{rel['near_trusted']:,} verified near duplicates) joining "
-            f"{f['groups']['rows_in_multi_row_groups']:,} images into {f['groups']['multi_row_groups']:,} "
-            "leakage groups")
+    kinds = [_count(rel["exact_bytes"], "byte-identical pair"),
+             _count(rel["exact_pixels"], "pixel-identical pair"),
+             _count(rel["near_trusted"], "verified near duplicate")]
+    parts = ", ".join(k for k in kinds if not k.startswith("0 ")) or "none of any kind"
+    text = (f"The audit found {_count(rel['trusted'], 'trusted duplicate relationship')} ({parts}), joining "
+            f"{f['groups']['rows_in_multi_row_groups']:,} images into "
+            f"{_count(f['groups']['multi_row_groups'], 'leakage group')}")
     crossing = decision.get("crossing_relationships", {}).get("total", 0)
     if decision.get("rejected"):
-        text += (f"; {crossing:,} of them cross the corpus's inherited "
-                 f"{'/'.join(decision.get('splits', []))} partition, so that partition was rejected")
+        text += (f"; {crossing:,} {'crosses' if crossing == 1 else 'cross'} the corpus's inherited "
+                 f"{'/'.join(decision.get('splits', []))} partition (leakage), so that partition was "
+                 "rejected")
     elif decision.get("splits"):
-        text += "; none crosses the corpus's inherited partition"
+        text += "; none crosses the corpus's inherited partition, which was kept"
     return text + "."
 
 
 def _split_sentence(r: dict[str, Any]) -> str:
     c, t = r["crossings"], r["totals"]
-    return (f"The frozen split ({t['train']:,} train, {t['val']:,} validation, {t['test']:,} locked test "
-            f"rows) keeps every leakage group on one side: {c['groups_across_splits']:,} groups and "
-            f"{c['trusted_pairs_across_splits']:,} trusted pairs span two splits when read back from disk "
-            f"({c['verdict']}).")
+    text = (f"The frozen split ({t['train']:,} train, {t['val']:,} validation, {t['test']:,} locked test "
+            "rows) ")
+    if c["groups_across_splits"] == 0 and c["trusted_pairs_across_splits"] == 0:
+        return text + ("keeps every leakage group on one side: read back from disk, no group and no trusted "
+                       "pair spans two splits.")
+    return text + (f"leaves {_count(c['groups_across_splits'], 'leakage group')} and "
+                   f"{_count(c['trusted_pairs_across_splits'], 'trusted pair')} across splits "
+                   f"({c['verdict']}).")
 
 
 def _training_sentence(r: dict[str, Any]) -> str:
