@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -218,11 +218,12 @@ def native_output_note(record: dict[str, Any]) -> str:
 
 # --------------------------------------------------------------------------- chapter record
 @contextmanager
-def _library_logs_to(fd: int) -> Iterator[None]:
-    """Point the console handlers of Python loggers (torch's own, set up at import) at ``fd`` for a block.
+def _python_streams_to(fd: int) -> Iterator[None]:
+    """Point Python's ``sys.stdout`` / ``sys.stderr`` and the console handlers of loggers at ``fd``.
 
-    Libraries log notices such as torch's pytree deprecation line through a handler that holds the
-    kernel's stderr object, which the descriptor capture cannot see; those lines belong in the same log.
+    In a Jupyter kernel these are not descriptors 1 and 2: ExecuTorch's bindings hand its C++ log
+    lines to ``sys.stderr.write`` piece by piece, and torch logs import-time notices through a handler
+    that holds the kernel's stderr object, so the descriptor capture alone would miss both.
     """
     consoles = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
     loggers = [logging.getLogger(), *(item for item in logging.Logger.manager.loggerDict.values()
@@ -232,7 +233,8 @@ def _library_logs_to(fd: int) -> Iterator[None]:
     with os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace") as stream:
         previous = [h.setStream(stream) for h in handlers]
         try:
-            yield
+            with redirect_stdout(stream), redirect_stderr(stream):
+                yield
         finally:
             for handler, old in zip(handlers, previous, strict=True):
                 handler.setStream(old)
@@ -290,11 +292,12 @@ class Chapter:
 
     @contextmanager
     def native_output(self, rel_path: str | None = None) -> Iterator[None]:
-        """Capture what native code writes to file descriptors 1 and 2 inside the block into a log file.
+        """Capture what native code and libraries write to stdout / stderr inside the block into a log.
 
-        C/C++ libraries (ExecuTorch's cpuinfo lines, XNNPACK) write to the descriptors, not to Python's
-        streams, so a Jupyter kernel would forward every line into the book.  ``wurlitzer`` points both
-        descriptors at a scratch file for the block; what it caught is appended to ``rel_path``
+        C/C++ libraries (ExecuTorch's cpuinfo lines, XNNPACK) write to file descriptors 1 and 2, which a
+        Jupyter kernel forwards into the book.  ``wurlitzer`` points both descriptors at a scratch file for
+        the block, and Python's own streams and console log handlers follow (ExecuTorch's bindings route
+        their C++ log through ``sys.stderr``); what was caught is appended to ``rel_path``
         (default ``<folder>/native.log``), written atomically and registered like every artifact.
         """
         from wurlitzer import STDOUT, pipes
@@ -304,7 +307,7 @@ class Chapter:
             stream.flush()
         with tempfile.TemporaryFile() as capture:
             try:
-                with pipes(stdout=capture, stderr=STDOUT), _library_logs_to(capture.fileno()):
+                with pipes(stdout=capture, stderr=STDOUT), _python_streams_to(capture.fileno()):
                     yield
             finally:
                 capture.seek(0)

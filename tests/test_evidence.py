@@ -138,15 +138,17 @@ def test_native_output_goes_to_a_registered_log(tmp_path):
         with chapter.native_output():
             os.write(1, b"second block\n")
             library.warning("a library notice")
+            sys.stderr.write("[cpuinfo_utils.cpp:")  # as ExecuTorch's bindings write, piece by piece
+            sys.stderr.write("125] via sys.stderr\n")
     finally:
         library.removeHandler(console)
     assert console.stream is sys.stderr  # restored after the block
     log = (tmp_path / "runtime" / "native.log").read_text()
     assert log.splitlines() == ["[cpuinfo_utils.cpp:71] native line", "from printf", "second block",
-                                "a library notice"]
+                                "a library notice", "[cpuinfo_utils.cpp:125] via sys.stderr"]
     record = chapter.finish({})
-    assert record["native_output"] == {"runtime/native.log": {"lines": 4, "bytes": len(log)}}
-    assert "(4 lines" in evidence.native_output_note(record) and "`runtime/native.log`" in \
+    assert record["native_output"] == {"runtime/native.log": {"lines": 5, "bytes": len(log)}}
+    assert "(5 lines" in evidence.native_output_note(record) and "`runtime/native.log`" in \
         evidence.native_output_note(record)
     assert evidence.native_output_note({"figures": {}}) == ""
     assert evidence.read_registry(tmp_path)["runtime/native.log"]["sha256"] == evidence.sha256_file(
