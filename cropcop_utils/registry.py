@@ -11,6 +11,7 @@ have are skipped, never filled in.
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -331,7 +332,7 @@ def _runtime_sentence(r: dict[str, Any]) -> str:
     f = r["figures"]
     return (f"The `.pte` program ({f['pte_mib']:.2f} MiB, {percent(f['size_reduction'])} smaller than the "
             f"float state) agrees with the INT8 graph on {percent(f['test_agreement_with_int8_graph'])} of "
-            f"the locked test rows ({f['test_disagreements']:,} rows decided differently).")
+            f"the locked test rows ({_count(f['test_disagreements'], 'row')} decided differently).")
 
 
 def _per_class_sentence(r: dict[str, Any]) -> str:
@@ -402,6 +403,21 @@ def _code(text: Any) -> str:
     return _md(text) if "`" in text or "|" in text else f"`{text}`"
 
 
+_BREAK_AFTER = re.compile(r"([./\[])")
+
+
+def _wrapping_code(text: Any, every: int | None = None) -> str:
+    """Inline code that may wrap in a narrow table cell: a line-break opportunity (``<wbr>``) after each
+    ``.``, ``/`` and ``[`` of a key or path, or every ``every`` characters of a digest, so a long
+    JSON key wraps at its parts instead of being cut off or split mid-word."""
+    escaped = html.escape(str(text))
+    if every:
+        broken = "<wbr>".join(escaped[i:i + every] for i in range(0, len(escaped), every))
+    else:
+        broken = _BREAK_AFTER.sub(r"\1<wbr>", escaped)
+    return f'<code class="docutils literal notranslate">{broken.replace("|", "&#124;")}</code>'
+
+
 def format_value(value: Any, key: str = "") -> str:
     """A recorded value as the chapters show it: metrics in percent, their changes in points."""
     if isinstance(value, bool):
@@ -458,8 +474,8 @@ def render_summary_markdown(run_dir: str | os.PathLike) -> str:
     lines += ["## Headline results", ""]
     if headline_rows:
         lines += _table(["Claim", "Value", "Source file", "JSON key"],
-                        [[_md(r["claim"]), format_value(r["value"], r["key"]), _code(r["source"]),
-                          _code(r["key"])] for r in headline_rows])
+                        [[_md(r["claim"]), format_value(r["value"], r["key"]), _wrapping_code(r["source"]),
+                          _wrapping_code(r["key"])] for r in headline_rows])
     else:
         lines += ["None of the headline keys exist in this run's records.", ""]
     lines += ["## Every recorded figure", ""]
@@ -469,12 +485,13 @@ def render_summary_markdown(run_dir: str | os.PathLike) -> str:
             continue
         lines += [f"### {_md(record.title)}", "", f"Source file: {_code(record.record)}", ""]
         lines += _table(["JSON key", "Value"],
-                        [[_code(r["key"]), format_value(r["value"], r["key"])] for r in own])
+                        [[_wrapping_code(r["key"]), format_value(r["value"], r["key"])] for r in own])
     lines += ["## Artifact identity", "",
               f"{len(identity)} artifacts registered in registry.json, each re-hashed from disk when this "
               "page was built.", ""]
     if len(identity):
         lines += _table(["Artifact", "Kind", "Written by", "Bytes", "SHA-256"],
-                        [[_code(r.path), _md(r.kind), _md(r.chapter), f"{int(r.bytes):,}", f"`{r.sha256}`"]
+                        [[_wrapping_code(r.path), _md(r.kind), _md(r.chapter), f"{int(r.bytes):,}",
+                          _wrapping_code(r.sha256, every=16)]
                          for r in identity.itertuples()])
     return "\n".join(lines).rstrip() + "\n"

@@ -108,7 +108,8 @@ def test_summary_markdown_full_run(analysed_run) -> None:  # noqa: F811
     _assert_valid_myst(text)
     assert "## Headline results" in text and "## Artifact identity" in text
     sha = evidence.read_registry(run.run_dir)["runtime/model.pte"]["sha256"]
-    assert f"`{sha}`" in text
+    assert "<wbr>".join(sha[i:i + 16] for i in range(0, 64, 16)) in text  # wraps in a narrow cell
+    assert "figures.<wbr>paired.<wbr>reference_to_pte.<wbr>macro_f1.<wbr>delta" in text
     delta = record["figures"]["paired"]["reference_to_pte"]["macro_f1"]["delta"]
     assert registry.format_value(delta, "figures.paired.reference_to_pte.macro_f1.delta") in text
     assert f"{100 * delta:+.2f} points" in text
