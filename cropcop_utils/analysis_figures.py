@@ -54,6 +54,7 @@ def plot_support_bins(bins: pd.DataFrame) -> Figure:
     ticks = [f"{b}\n({c} classes)" for b, c in zip(bins["bin"], bins["classes"], strict=True)]
     ax.set_xticks(x, ticks, fontsize=8)
     ax.set_ylim(0, 1.05)
+    ax.set_xlim(-0.5, len(bins) - 0.5)  # every bin keeps its slot, empty ones included
     for position, note in zip(x, bins["note"] if "note" in bins else [None] * len(bins), strict=True):
         if isinstance(note, str):  # an empty bin has no bars: say why instead of leaving a gap
             ax.text(position, 0.5, note.replace(" in this", "\nin this"), ha="center", va="center",
