@@ -226,9 +226,9 @@ def transitions(paired: PairedStates, classes: pd.DataFrame, a: str = "reference
 
 
 # --------------------------------------------------------------------------- chapter 8
-def _ci(values: np.ndarray, level: float) -> dict[str, float]:
+def _ci(values: np.ndarray, level: float) -> dict[str, float | None]:
     low, high = metrics.interval(values, level)
-    return {"lo": low, "hi": high}
+    return {"lo": defined(low), "hi": defined(high)}
 
 
 def run_per_class(ctx: RunContext, **options: Any) -> dict[str, Any]:
@@ -317,9 +317,26 @@ def per_class_table(paired: PairedStates, boot: dict[str, metrics.BootstrapMetri
     return table
 
 
+EMPTY_BIN = "no classes in this bin"
+UNSCORED_BIN = "no class in this bin has test rows"
+
+
+def defined(value: Any) -> float | None:
+    """A number for the JSON record, or None where the statistic is undefined (NaN / inf)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
 def support_bin_table(per_class: pd.DataFrame, boot: dict[str, metrics.BootstrapMetrics], scored: np.ndarray,
                       edges: list[int], level: float) -> pd.DataFrame:
-    """Macro-F1 (mean class F1) of the classes in each training-support bin, per state, and the change."""
+    """Macro-F1 (mean class F1) of the classes in each training-support bin, per state, and the change.
+
+    A bin without classes (or without a class that has test rows) has no macro-F1: its scores are
+    null and ``note`` says why, e.g. every class of a corpus with ≥ 200 training images per class
+    leaves the bins below 200 empty.
+    """
     rows = []
     for label in metrics.support_bin_labels(edges):
         members = per_class[per_class["support_bin"] == label]
@@ -327,19 +344,24 @@ def support_bin_table(per_class: pd.DataFrame, boot: dict[str, metrics.Bootstrap
         row: dict[str, Any] = {"bin": label, "classes": len(members), "classes_scored": len(in_bin),
                                "train_rows": int(members["train_support"].sum()),
                                "test_rows": int(members["test_support"].sum()),
-                               "unstable_classes": int(members["unstable"].sum())}
+                               "unstable_classes": int(members["unstable"].sum()),
+                               "note": None if len(in_bin) else (UNSCORED_BIN if len(members) else EMPTY_BIN)}
         scored_members = members[members["label"].isin(in_bin)]
         for state in STATE_NAMES:
-            row[f"macro_f1_{state}"] = float(scored_members[f"f1_{state}"].mean()) if len(in_bin) else np.nan
-        row["delta_reference_to_pte"] = row["macro_f1_pte"] - row["macro_f1_reference"]
+            row[f"macro_f1_{state}"] = float(scored_members[f"f1_{state}"].mean()) if len(in_bin) else None
+        low = high = None
         if len(in_bin):
+            row["delta_reference_to_pte"] = row["macro_f1_pte"] - row["macro_f1_reference"]
             resampled = (boot["pte"].class_f1[:, in_bin].mean(1)
                          - boot["reference"].class_f1[:, in_bin].mean(1))
             low, high = metrics.interval(resampled, level)
         else:
-            low = high = np.nan
+            row["delta_reference_to_pte"] = None
         rows.append({**row, "lo": low, "hi": high})
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    numbers = [c for c in table if c.startswith(("macro_f1_", "delta_")) or c in ("lo", "hi")]
+    table[numbers] = table[numbers].astype("float64")  # null stays null in the Parquet
+    return table
 
 
 def per_class_figures(state_table: pd.DataFrame, paired_table: pd.DataFrame, mcnemar: pd.DataFrame,
@@ -347,11 +369,12 @@ def per_class_figures(state_table: pd.DataFrame, paired_table: pd.DataFrame, mcn
                       moves: pd.DataFrame, paired: PairedStates, scored: np.ndarray,
                       params: dict[str, Any]) -> dict[str, Any]:
     """The JSON figures: plain nested dicts the book's prose and the evidence summary read."""
-    states = {s: {r.metric: {"value": r.value, "lo": r.lo, "hi": r.hi}
+    states = {s: {r.metric: {"value": defined(r.value), "lo": defined(r.lo), "hi": defined(r.hi)}
                   for r in state_table[state_table["state"] == s].itertuples()} for s in STATE_NAMES}
     deltas: dict[str, Any] = {}
     for r in paired_table.itertuples():
-        deltas.setdefault(r.pair, {})[r.metric] = {"delta": r.delta, "lo": r.lo, "hi": r.hi,
+        deltas.setdefault(r.pair, {})[r.metric] = {"delta": defined(r.delta), "lo": defined(r.lo),
+                                                   "hi": defined(r.hi),
                                                    "excludes_zero": bool(r.excludes_zero)}
     for r in mcnemar.itertuples():
         deltas[r.pair]["mcnemar"] = {"only_from_correct": r.only_a_correct,
@@ -368,12 +391,14 @@ def per_class_figures(state_table: pd.DataFrame, paired_table: pd.DataFrame, mcn
         "unstable_classes": int(per_class["unstable"].sum()),
         "min_test_support": int(params["min_test_support"]),
         "support_bins": {r.bin: {"classes": r.classes, "test_rows": r.test_rows,
-                                 "macro_f1_reference": r.macro_f1_reference, "macro_f1_pte": r.macro_f1_pte,
-                                 "delta": r.delta_reference_to_pte, "lo": r.lo, "hi": r.hi}
+                                 "macro_f1_reference": defined(r.macro_f1_reference),
+                                 "macro_f1_pte": defined(r.macro_f1_pte),
+                                 "delta": defined(r.delta_reference_to_pte), "lo": defined(r.lo),
+                                 "hi": defined(r.hi), "note": r.note if isinstance(r.note, str) else None}
                          for r in bins.itertuples()},
         "errors": {s: {k: int(per_kind.loc[k, s]) for k in ERROR_KINDS} for s in STATE_NAMES},
         "transitions_reference_to_pte": {t: int(by_transition.get(t, 0)) for t in TRANSITIONS},
-        "largest_f1_losses": [{"class_name": r.class_name, "delta_f1": r.delta_f1_reference_to_pte,
+        "largest_f1_losses": [{"class_name": r.class_name, "delta_f1": defined(r.delta_f1_reference_to_pte),
                                "test_support": r.test_support, "unstable": bool(r.unstable)}
                               for r in worst.itertuples()],
     }
@@ -470,7 +495,8 @@ def _group_summary(paired: PairedStates, boot: dict[str, metrics.BootstrapMetric
         for m in ("mean_recall", "mean_f1"):
             what = m.split("_")[1]
             low, high = metrics.interval(resampled(b, what) - resampled(a, what), level)
-            deltas[pair_key(a, b)][m] = {"delta": point[b][m] - point[a][m], "lo": low, "hi": high,
+            deltas[pair_key(a, b)][m] = {"delta": point[b][m] - point[a][m], "lo": defined(low),
+                                         "hi": defined(high),
                                          "excludes_zero": bool(low > 0 or high < 0)}
     rows = int(np.isin(paired.y, members).sum())
     return {"classes": len(members), "test_rows": rows, "states": states, "paired": deltas}
@@ -512,13 +538,39 @@ def per_class_prose(record: dict[str, Any]) -> str:
               f"{mc['only_from_correct']} rows only the reference got right, "
               f"{mc['only_to_correct']} only the .pte got right, p = {mc['p_value']:.3g}.", ""]
     for name, b in f["support_bins"].items():
-        if b["classes"]:
+        if b["delta"] is None:
+            lines.append(f"- training support {name}: {b.get('note') or EMPTY_BIN}")
+        else:
             lines.append(f"- training support {name}: {_count(b['classes'], 'class', 'classes')}, "
                          f"macro-F1 change {points(b['delta'])} points "
                          f"(interval {points(b['lo'])} to {points(b['hi'])})")
     lines += ["", f"{_count(f['unstable_classes'], 'class has', 'classes have')} fewer than "
               f"{f['min_test_support']} test rows; their per-class numbers are flagged unstable."]
     return "\n".join(lines)
+
+
+def state_metric_table(record: dict[str, Any]) -> pd.DataFrame:
+    """Chapter 8's model-state table: one row per state, one column per metric, in percent with the
+    bootstrap interval ("71.25 (68.10–74.30)")."""
+    f = record["figures"]
+
+    def cell(stat: dict[str, Any]) -> str:
+        if stat["value"] is None:
+            return "undefined"
+        bounds = "" if stat["lo"] is None else f" ({100 * stat['lo']:.2f}–{100 * stat['hi']:.2f})"
+        return f"{100 * stat['value']:.2f}{bounds}"
+
+    rows = [{"state": STATE_LABELS[state], **{f"{metrics.METRIC_LABELS[m]} %": cell(stats[m])
+                                              for m in metrics.METRICS if m in stats}}
+            for state, stats in f["states"].items()]
+    return pd.DataFrame(rows)
+
+
+def state_identity_table(record: dict[str, Any]) -> pd.DataFrame:
+    """Which file each state's predictions came from, its model-state SHA-256 and its locked-test reads."""
+    return pd.DataFrame([{"state": v["label"], "prediction file": v["file"], "model state (SHA-256)":
+                          v["model_state"], "locked-test reads": v["test_reads"]}
+                         for v in record.get("states", {}).values()])
 
 
 def fruit_slice_prose(record: dict[str, Any]) -> str:

@@ -53,6 +53,12 @@ def plot_support_bins(bins: pd.DataFrame) -> Figure:
         ax.bar(x + offset, bins[f"macro_f1_{state}"], width=0.18, label=STATE_LABELS[state])
     ticks = [f"{b}\n({c} classes)" for b, c in zip(bins["bin"], bins["classes"], strict=True)]
     ax.set_xticks(x, ticks, fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlim(-0.5, len(bins) - 0.5)  # every bin keeps its slot, empty ones included
+    for position, note in zip(x, bins["note"] if "note" in bins else [None] * len(bins), strict=True):
+        if isinstance(note, str):  # an empty bin has no bars: say why instead of leaving a gap
+            ax.text(position, 0.5, note.replace(" in this", "\nin this"), ha="center", va="center",
+                    fontsize=7, color="grey")
     ax.set_xlabel("training examples per class")
     ax.set_ylabel("macro-F1 of the bin's classes")
     ax.legend(fontsize=7, ncols=2)
@@ -144,9 +150,9 @@ def plot_slice(group_stats: dict[str, Any]) -> Figure:
         stats = group_stats[group]["states"]
         if not stats:
             continue
-        values = np.array([stats[s]["mean_recall"]["value"] for s in STATE_NAMES])
-        low = values - np.array([stats[s]["mean_recall"]["lo"] for s in STATE_NAMES])
-        high = np.array([stats[s]["mean_recall"]["hi"] for s in STATE_NAMES]) - values
+        values, low, high = (np.array([stats[s]["mean_recall"][part] for s in STATE_NAMES], dtype=float)
+                             for part in ("value", "lo", "hi"))  # an undefined bound (None) draws no bar
+        low, high = np.nan_to_num(values - low), np.nan_to_num(high - values)
         ax.errorbar(np.arange(len(values)) + offset, values, yerr=[low, high], fmt="o", capsize=3,
                     label=f"{group} ({group_stats[group]['classes']} classes)")
     ax.set_xticks(np.arange(len(STATE_NAMES)), [STATE_LABELS[s] for s in STATE_NAMES], fontsize=8)

@@ -92,6 +92,7 @@ def prepare_book_root(book_root: Path) -> Path:
     if book_root != REPO_ROOT:
         shutil.copy2(REPO_ROOT / "_config.yml", book_root / "_config.yml")
         shutil.copy2(REPO_ROOT / "book" / "intro.md", book_root / "book" / "intro.md")
+        shutil.copytree(REPO_ROOT / "_static", book_root / "_static", dirs_exist_ok=True)
     return book_root
 
 
@@ -139,8 +140,21 @@ def render_run_facts(ctx: RunContext, ran: list[ChapterSpec]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def clear_previous_render(book_root: Path) -> None:
+    """Remove the last render (HTML, Sphinx's environment, extracted notebook outputs).
+
+    Sphinx builds incrementally and never deletes: figures and pages of an earlier run (another run
+    folder, another chain) would stay under ``_build/html`` beside this run's.  Each render starts empty,
+    so it holds only the run it renders.
+    """
+    build = Path(book_root) / "_build"
+    for part in ("html", ".doctrees", "jupyter_execute"):
+        shutil.rmtree(build / part, ignore_errors=True)
+
+
 def build_html(book_root: Path, toc: Path) -> Path:
-    """Render the book with Jupyter Book 1.x; warnings are errors (-W)."""
+    """Render the book with Jupyter Book 1.x from an empty ``_build``; warnings are errors (-W)."""
+    clear_previous_render(book_root)
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     command = [str(jupyter_book), "build", str(book_root), "--toc", str(toc), "-W", "--keep-going"]
     completed = subprocess.run(command, cwd=book_root, capture_output=True, text=True)

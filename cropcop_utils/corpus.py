@@ -21,6 +21,13 @@ in a split folder, or in a sub-folder of a class), ``zero_byte``, ``not_an_image
 ``corpus.min_class_support`` such files, over all splits).  The first three extend the contract's
 list: they keep the identity ``files_seen == admitted + quarantined`` true without silent skips.
 
+Sampling (``corpus.sample_fraction``, folder corpora only): a file whose content SHA-256, read as a
+fraction of 2**256, is at or above the fraction is *not sampled*: listed in ``not_sampled.parquet``
+instead of the manifest, so ``files_seen == admitted + quarantined + not_sampled``.  Byte-identical
+copies share a hash, so they are in or out together; with ``corpus.sample_keeps_cross_split_copies``
+every copy whose bytes also occur in another inherited split is kept, so the leakage the audit exists
+to find is never sampled away.
+
 A file is decoded exactly as :mod:`cropcop_utils.imaging` decodes it for a model (full ``load()``,
 truncated files refused, then the RGB conversion), so an admitted file is a loadable file.
 """
@@ -61,8 +68,13 @@ MANIFEST_COLUMNS = ["row_id", "rel_path", "class_name", "inherited_split", "byte
                     "width", "height", "mode", "exif_orientation", "exif_make", "exif_model",
                     "decode_status", "error", "admitted", "quarantine_reason"]
 QUARANTINE_COLUMNS = ["row_id", "rel_path", "class_name", "inherited_split", "reason", "detail"]
+NOT_SAMPLED_COLUMNS = ["row_id", "rel_path", "class_name", "inherited_split", "bytes", "sha256"]
 INLINE_BELOW = 200  # smaller corpora are scanned in-process: a pool costs more than it saves
 HASH_STREAM_ABOVE = imaging.IN_MEMORY_BYTES
+
+
+class CorpusSampleError(ValueError):
+    """``corpus.sample_fraction`` is not a number in (0, 1] (or null for the whole corpus)."""
 
 
 class CorpusLayoutError(ValueError):
@@ -284,6 +296,7 @@ class ScanResult:
     empty_class_folders: list[str]
     seconds: float
     workers: int
+    not_sampled: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=NOT_SAMPLED_COLUMNS))
 
 
 def _storable(rel_path: str) -> tuple[str, bool]:
@@ -295,18 +308,61 @@ def _storable(rel_path: str) -> tuple[str, bool]:
         return rel_path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"), False
 
 
+def in_sample(sha256_hex: str, fraction: float | None) -> bool:
+    """Whether content with this SHA-256 is in a ``fraction`` sample (None: everything is)."""
+    # The hash read as a number in [0, 1): uniform, deterministic, equal for byte-identical copies.
+    return fraction is None or int(sha256_hex, 16) < fraction * 2**256
+
+
+def sample_entries(root: Path, entries: list[FileEntry], fraction: float | None,
+                   keep_cross_split_copies: bool = True) -> tuple[list[FileEntry], pd.DataFrame]:
+    """The entries the sample keeps, and the not-sampled in-layout files (hashed, listed)."""
+    if fraction is None:
+        return entries, pd.DataFrame(columns=NOT_SAMPLED_COLUMNS)
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise CorpusSampleError(f"corpus.sample_fraction must be in (0, 1] or null, got {fraction!r}")
+    hashed: dict[str, tuple[str, int]] = {}
+    for entry in entries:
+        if entry.layout_reason is None:
+            try:
+                path = root / entry.rel_path
+                hashed[entry.rel_path] = (sha256_file(path), path.stat().st_size)
+            except OSError:
+                continue  # kept: the probe quarantines it as unreadable, with the error
+    splits_of: dict[str, set[str]] = {}
+    for entry in entries:
+        if entry.rel_path in hashed:
+            splits_of.setdefault(hashed[entry.rel_path][0], set()).add(entry.inherited_split)
+    kept, left_out = [], []
+    for entry in entries:
+        sha, size = hashed.get(entry.rel_path, (None, None))
+        if sha is None or in_sample(sha, float(fraction)) or (
+                keep_cross_split_copies and len(splits_of[sha] - {NO_SPLIT}) > 1):
+            kept.append(entry)
+        else:
+            rel_path = _storable(entry.rel_path)[0]
+            left_out.append({"row_id": make_row_id(rel_path), "rel_path": rel_path,
+                             "class_name": entry.class_name, "inherited_split": entry.inherited_split,
+                             "bytes": size, "sha256": sha})
+    return kept, pd.DataFrame(left_out, columns=NOT_SAMPLED_COLUMNS)
+
+
 def scan_corpus(
     root: str | os.PathLike,
     min_class_support: int = 2,
     max_image_pixels: int | None = None,
     workers: int | None = None,
     progress: bool = True,
+    sample_fraction: float | None = None,
+    keep_cross_split_copies: bool = True,
 ) -> ScanResult:
-    """Scan, probe and quarantine every file under ``root``; build the class map."""
+    """Scan, probe and quarantine every file under ``root`` (or its content-hash sample); build the
+    class map."""
     root = Path(root).resolve()
     start = time.perf_counter()
     layout = detect_layout(root)
     entries, empty_classes = list_files(root, layout)
+    entries, not_sampled = sample_entries(root, entries, sample_fraction, keep_cross_split_copies)
     probes = probe_all(root, [e.rel_path for e in entries], max_image_pixels, workers, progress)
 
     rows = []
@@ -352,7 +408,7 @@ def scan_corpus(
     return ScanResult(root=root, layout=layout, manifest=manifest, quarantine=quarantine,
                       class_map=class_map, empty_class_folders=empty_classes,
                       seconds=time.perf_counter() - start,
-                      workers=max(1, int(workers or os.cpu_count() or 1)))
+                      workers=max(1, int(workers or os.cpu_count() or 1)), not_sampled=not_sampled)
 
 
 def _typed_manifest(frame: pd.DataFrame) -> pd.DataFrame:
@@ -543,11 +599,16 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
     min_support = int(settings.get("min_class_support", 2))
     max_pixels = settings.get("max_image_pixels")
     workers = workers or ctx.section("audit").get("workers") or os.cpu_count()
-    result = scan_corpus(ctx.corpus_root, min_support, max_pixels, workers, progress)
-    manifest = result.manifest
+    # The synthetic corpus is generated at the profile's size (synthetic.*): it is never sampled.
+    fraction = None if ctx.is_synthetic else settings.get("sample_fraction")
+    keep_copies = bool(settings.get("sample_keeps_cross_split_copies", True))
+    result = scan_corpus(ctx.corpus_root, min_support, max_pixels, workers, progress, fraction, keep_copies)
+    manifest, not_sampled = result.manifest, result.not_sampled
 
     ch.write_parquet("corpus/manifest.parquet", manifest)
     ch.write_parquet("corpus/quarantine.parquet", result.quarantine)
+    if fraction is not None:
+        ch.write_parquet("corpus/not_sampled.parquet", not_sampled)
     ch.write_json("corpus/class_map.json", result.class_map)
     supports = support_table(manifest)
     figure = plot_class_support(supports, min_support)
@@ -565,10 +626,15 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
         "layout": result.layout.kind,
         "layout_description": result.layout.describe(),
         "split_folders": result.layout.split_folders,
-        "files_seen": len(manifest),
+        "files_seen": len(manifest) + len(not_sampled),
         "admitted": int(manifest["admitted"].sum()),
         "quarantined": int((~manifest["admitted"]).sum()),
-        "identity_holds": len(manifest) == int(manifest["admitted"].sum()) + len(result.quarantine),
+        "not_sampled": len(not_sampled),
+        "sample": {"fraction": fraction, "keeps_cross_split_copies": keep_copies,
+                   "not_sampled_list": "corpus/not_sampled.parquet" if fraction is not None else None,
+                   "rule": None if fraction is None else "content SHA-256 / 2**256 < fraction"},
+        "identity_holds": len(manifest) + len(not_sampled)
+        == int(manifest["admitted"].sum()) + len(result.quarantine) + len(not_sampled),
         "skipped": 0,
         "quarantine_reasons": reason_counts(manifest),
         "min_class_support": min_support,

@@ -11,11 +11,17 @@ import datetime as _dt
 import hashlib
 import io
 import json
+import logging
+import math
 import os
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 REGISTRY_NAME = "registry.json"
@@ -24,6 +30,10 @@ _CHUNK = 1 << 20
 
 class FingerprintMismatch(RuntimeError):
     """An input artifact is missing or differs from the fingerprint recorded when it was written."""
+
+
+class NonFiniteValue(ValueError):
+    """A JSON record holds NaN or ±inf; an undefined statistic must be ``null`` with a reason instead."""
 
 
 # --------------------------------------------------------------------------- hashing
@@ -76,7 +86,34 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def non_finite_paths(obj: Any, prefix: str = "") -> Iterator[str]:
+    """Key paths (``figures.support_bins[2].macro_f1_pte``) of every NaN / ±inf inside ``obj``."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from non_finite_paths(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(obj, (list, tuple)):
+        for index, value in enumerate(obj):
+            yield from non_finite_paths(value, f"{prefix}[{index}]")
+    elif isinstance(obj, (float, np.floating)):
+        if not math.isfinite(float(obj)):
+            yield prefix or "(top level)"
+    elif hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):  # numpy arrays, pandas series
+        yield from non_finite_paths(obj.tolist(), prefix)
+
+
+def check_finite(obj: Any, where: str) -> None:
+    """Raise :class:`NonFiniteValue` naming the key path of every non-finite number in ``obj``."""
+    bad = list(non_finite_paths(obj))
+    if bad:
+        shown = ", ".join(bad[:10]) + (f" (and {len(bad) - 10} more)" if len(bad) > 10 else "")
+        raise NonFiniteValue(
+            f"{where}: {len(bad)} non-finite value(s) (NaN or inf) at {shown}. JSON has no NaN: report an "
+            "undefined statistic as null with a reason.")
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Indented JSON, atomically; refuses NaN / inf with the key path of each (:class:`NonFiniteValue`)."""
+    check_finite(obj, f"refusing to write {path}")
     text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default, allow_nan=False)
     return atomic_write_text(path, text + "\n")
 
@@ -172,7 +209,38 @@ def verify_registry(run_dir: str | os.PathLike) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["path", "chapter", "bytes", "sha256", "found_sha256", "matches"])
 
 
+def native_output_note(record: dict[str, Any]) -> str:
+    """The one line a chapter shows in place of captured native output: where it is and how long."""
+    return " ".join(f"Native library output ({entry['lines']:,} line{'' if entry['lines'] == 1 else 's'} of "
+                    "C/C++ and library logging) is in "
+                    f"`{path}` in the run folder, registered with its SHA-256; it is not shown here."
+                    for path, entry in record.get("native_output", {}).items())
+
+
 # --------------------------------------------------------------------------- chapter record
+@contextmanager
+def _python_streams_to(fd: int) -> Iterator[None]:
+    """Point Python's ``sys.stdout`` / ``sys.stderr`` and the console handlers of loggers at ``fd``.
+
+    In a Jupyter kernel these are not descriptors 1 and 2: ExecuTorch's bindings hand its C++ log
+    lines to ``sys.stderr.write`` piece by piece, and torch logs import-time notices through a handler
+    that holds the kernel's stderr object, so the descriptor capture alone would miss both.
+    """
+    consoles = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    loggers = [logging.getLogger(), *(item for item in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(item, logging.Logger))]
+    handlers = [h for logger in loggers for h in logger.handlers
+                if type(h) is logging.StreamHandler and h.stream in consoles]
+    with os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace") as stream:
+        previous = [h.setStream(stream) for h in handlers]
+        try:
+            with redirect_stdout(stream), redirect_stderr(stream):
+                yield
+        finally:
+            for handler, old in zip(handlers, previous, strict=True):
+                handler.setStream(old)
+
+
 class Chapter:
     """One chapter's view of the run folder: verified reads, registered atomic writes, one JSON record.
 
@@ -189,6 +257,7 @@ class Chapter:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.inputs: dict[str, str] = {}
         self.outputs: dict[str, str] = {}
+        self.native_logs: dict[str, bytes] = {}
 
     def path(self, rel_path: str) -> Path:
         return self.run_dir / rel_path
@@ -222,10 +291,39 @@ class Chapter:
         atomic_save_figure(figure, self.path(rel_path), **kwargs)
         return self.record_output(rel_path)
 
+    @contextmanager
+    def native_output(self, rel_path: str | None = None) -> Iterator[None]:
+        """Capture what native code and libraries write to stdout / stderr inside the block into a log.
+
+        C/C++ libraries (ExecuTorch's cpuinfo lines, XNNPACK) write to file descriptors 1 and 2, which a
+        Jupyter kernel forwards into the book.  ``wurlitzer`` points both descriptors at a scratch file for
+        the block, and Python's own streams and console log handlers follow (ExecuTorch's bindings route
+        their C++ log through ``sys.stderr``); what was caught is appended to ``rel_path``
+        (default ``<folder>/native.log``), written atomically and registered like every artifact.
+        """
+        from wurlitzer import STDOUT, pipes
+
+        rel_path = rel_path or f"{self.folder_name}/native.log"
+        for stream in (sys.stdout, sys.stderr):  # Python's buffered text stays where it was headed
+            stream.flush()
+        with tempfile.TemporaryFile() as capture:
+            try:
+                with pipes(stdout=capture, stderr=STDOUT), _python_streams_to(capture.fileno()):
+                    yield
+            finally:
+                capture.seek(0)
+                self.native_logs[rel_path] = self.native_logs.get(rel_path, b"") + capture.read()
+                atomic_write_bytes(self.path(rel_path), self.native_logs[rel_path])
+                self.record_output(rel_path)
+
     def finish(self, figures: dict[str, Any], **extra: Any) -> dict[str, Any]:
         record = {"chapter": self.name, "inputs": dict(self.inputs), "outputs": dict(self.outputs),
                   "figures": figures, **extra}
+        if self.native_logs:
+            record["native_output"] = {path: {"lines": len(data.splitlines()), "bytes": len(data)}
+                                       for path, data in self.native_logs.items()}
         record_path = f"{self.folder_name}/{self.name}.json"
+        check_finite(record, f"chapter '{self.name}' record {record_path}")
         atomic_write_json(self.path(record_path), record)
         register(self.run_dir, record_path, self.name)
         return record

@@ -488,6 +488,7 @@ FLOAT_VAL = "training/compact/predictions_val.parquet"
 FLOAT_TEST = "training/compact/predictions_test.parquet"
 SELECTED = "ptq/selected.pt2"
 TEST_RECORD = "ptq/predictions_test.parquet"
+NATIVE_LOG = "ptq/native.log"  # what torch / ExecuTorch write to stdout / stderr while quantising
 _OPTIONS = {"test_override", "test_override_reason", "progress"}
 
 
@@ -627,7 +628,8 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     rescored = predict.predict(model, val_rows, cfg, compact_sha, desc="float val")
     reproduced = agreement(rescored["pred"], float_val["pred"])
 
-    exported = export_dynamic(model, example, max_batch)
+    with ch.native_output(NATIVE_LOG):  # torch / ExecuTorch notices at import go to the log, not the book
+        exported = export_dynamic(model, example, max_batch)
     order = calibration_order(train_rows, int(params["calibration_seed"]))
     used = order.head(max(c.effective_rows(len(train_rows)) for c in candidates))
     assert_train_only(used, frozen.rows)
@@ -640,8 +642,9 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         calibration = order.head(candidate.effective_rows(len(train_rows)))
         assert_train_only(calibration, frozen.rows)
         batches = image_batches(calibration, ctx.corpus_root, spec, batch_size) if candidate.static else []
-        blob, result, ops, stored = evaluate_candidate(ch, exported, candidate, batches, len(calibration),
-                                                       val_rows, float_val, cfg, example, max_batch)
+        with ch.native_output(NATIVE_LOG):
+            blob, result, ops, stored = evaluate_candidate(ch, exported, candidate, batches, len(calibration),
+                                                           val_rows, float_val, cfg, example, max_batch)
         results.append({**result, "macro_f1_drop": float_scores["macro_f1"] - result["macro_f1"]})
         ops_tables.append(ops)
         byte_tables.append(stored)

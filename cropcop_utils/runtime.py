@@ -39,6 +39,7 @@ FOLDER = "runtime"
 PTE = "runtime/model.pte"
 TEST_RECORD = "runtime/predictions_test.parquet"
 DISAGREEMENTS = "runtime/disagreements.parquet"
+NATIVE_LOG = "runtime/native.log"  # what ExecuTorch / XNNPACK write to stdout / stderr (C++ logging)
 DISAGREEMENT_KINDS = ("corrected error", "reversed correct", "wrong-to-wrong")
 MIB = 2**20
 DEFAULTS: dict[str, Any] = {"batch_size": 32, "latency_warmup": 5, "latency_runs": 50, "threads": 1,
@@ -379,8 +380,9 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     frozen = load_frozen(ch)
     ptq_record = ch.read_json("ptq/ptq.json")
     selected = ptq_record["selected_graph"]
-    program = quant.load_program(ch.verify(quant.SELECTED, selected["sha256"]).read_bytes())
-    data, delegation, delegation_summary = lower(program)
+    with ch.native_output(NATIVE_LOG):  # ExecuTorch's C++ logging goes to the log, not the book
+        program = quant.load_program(ch.verify(quant.SELECTED, selected["sha256"]).read_bytes())
+        data, delegation, delegation_summary = lower(program)
     atomic_write_bytes(ch.path(PTE), data)
     pte_sha = ch.record_output(PTE)
 
@@ -388,12 +390,14 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     state_blob = state_dict_bytes(state["model"])
     size = size_record(len(data), len(state_blob))
 
-    forward = load_verified_pte(ctx.run_dir, PTE)
-    batch_size = min(int(params["batch_size"]), forward.max_batch)
-    cfg = predict.PredictConfig.from_ctx(ctx, batch_size=batch_size, progress=bool(params.get("progress")))
-    pte_test, access = quant.score_locked_test(ch, forward, pte_sha, "runtime", cfg,
-                                              bool(params.get("test_override", False)),
-                                              params.get("test_override_reason"), TEST_RECORD)
+    with ch.native_output(NATIVE_LOG):
+        forward = load_verified_pte(ctx.run_dir, PTE)
+        batch_size = min(int(params["batch_size"]), forward.max_batch)
+        cfg = predict.PredictConfig.from_ctx(ctx, batch_size=batch_size,
+                                             progress=bool(params.get("progress")))
+        pte_test, access = quant.score_locked_test(ch, forward, pte_sha, "runtime", cfg,
+                                                  bool(params.get("test_override", False)),
+                                                  params.get("test_override_reason"), TEST_RECORD)
     graph_test = ch.read_parquet(quant.TEST_RECORD)
     if (graph_test["model_state"] != selected["sha256"]).any():
         raise FingerprintMismatch(f"{quant.TEST_RECORD} was not written by {quant.SELECTED}; rerun chapter "

@@ -117,6 +117,25 @@ def test_support_bin_edges_are_a_parameter(tmp_path: Path) -> None:
     assert record["params"]["support_bins"] == [20, 40]
 
 
+def test_an_empty_support_bin_is_null_with_a_reason(tmp_path: Path) -> None:
+    """Every fixture class has < 100 training rows: the bins from 100 up are empty, as on a real corpus
+    whose classes all have many images the low bins are."""
+    run = build_run(tmp_path)
+    record = analysis.run_per_class(run.ctx, support_bins=[10, 100, 200], bootstrap=20)
+    bins = record["figures"]["support_bins"]
+    for label in ("100–199", "≥200"):
+        assert bins[label]["classes"] == 0
+        assert bins[label]["note"] == analysis.EMPTY_BIN
+        assert all(bins[label][key] is None for key in ("macro_f1_reference", "macro_f1_pte", "delta", "lo",
+                                                       "hi"))
+    assert bins["10–99"]["note"] is None and bins["10–99"]["delta"] is not None
+    text = (run.run_dir / "analysis/per_class.json").read_text()
+    assert "NaN" not in text
+    assert f"training support ≥200: {analysis.EMPTY_BIN}" in analysis.per_class_prose(record)
+    table = _read(run, "analysis/support_bins.parquet").set_index("bin")
+    assert table.loc["≥200", "note"] == analysis.EMPTY_BIN and pd.isna(table.loc["≥200", "macro_f1_pte"])
+
+
 def test_error_taxonomy_kinds() -> None:
     classes = pd.DataFrame({"label": [0, 1, 2, 3, 4, 5],
                             "crop": ["apple", "apple", "apple", "apple", "tomato", ""],

@@ -55,6 +55,15 @@ def test_support_bins_draw_a_bar_per_state_and_bin():
     assert len(figures.plot_support_bins(bins).axes[0].patches) == 2 * len(STATE_NAMES)
 
 
+def test_an_empty_support_bin_says_so_instead_of_a_gap():
+    bins = pd.DataFrame({"bin": ["<10", "≥10"], "classes": [0, 3], "note": [None, None],
+                         **{f"macro_f1_{s}": [np.nan, 0.5] for s in STATE_NAMES}})
+    bins.loc[0, "note"] = "no classes in this bin"
+    ax = figures.plot_support_bins(bins).axes[0]
+    assert [t.get_text() for t in ax.texts] == ["no classes\nin this bin"]
+    assert ax.get_xlim() == (-0.5, 1.5)
+
+
 def test_confusion_is_row_normalised(paired):
     fig = figures.plot_confusion(paired, CLASSES, "pte")
     matrix = fig.axes[0].collections[0].get_array().reshape(3, 3)

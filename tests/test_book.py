@@ -1,3 +1,4 @@
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,26 @@ def test_a_cell_over_the_profile_timeout_fails_its_chapter(tmp_path, monkeypatch
     assert "CellTimeoutError" in str(failure.value) and str(executed) in str(failure.value)
 
 
+def test_a_render_holds_only_the_run_it_renders(tmp_path, monkeypatch):
+    """Figures and pages an earlier render left under _build are gone before jupyter-book runs."""
+    stale = [tmp_path / "_build/html/_images/earlier_run_figure.png", tmp_path / "_build/html/book/old.html",
+             tmp_path / "_build/.doctrees/environment.pickle",
+             tmp_path / "_build/jupyter_execute/book/08_per_class_0.png"]
+    for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"earlier run")
+    seen = {}
+
+    def fake_build(command, **kwargs):
+        seen["left"] = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "_build").rglob("*")
+                              if p.is_file())
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(book.subprocess, "run", fake_build)
+    book.build_html(tmp_path, tmp_path / "toc.yml")
+    assert seen["left"] == []
+
+
 @pytest.mark.slow
 def test_smoke_book_runs_every_chapter_and_renders(smoke_book):
     assert smoke_book["chapters"] == [c.name for c in book.CHAPTERS]
@@ -104,3 +125,35 @@ def test_executed_chapters_carry_no_progress_bars(smoke_book):
         streams = [o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs
                    if o.output_type == "stream"]
         assert not any("%|" in text for text in streams), f"{spec.notebook} shows a progress bar"
+
+
+@pytest.mark.slow
+def test_real_data_smoke_book_runs_every_chapter_on_a_sample_that_keeps_real_leakage(tomato_smoke_book):
+    import json
+
+    from cropcop_utils import analysis, registry
+
+    run = Path(tomato_smoke_book["run_dir"])
+    assert tomato_smoke_book["chapters"] == [c.name for c in book.CHAPTERS]
+    html = Path(tomato_smoke_book["index"]).parent / "book"
+    for spec in book.CHAPTERS:
+        assert (html / f"{spec.notebook}.html").exists(), spec.notebook
+    assert not tomato_smoke_book["stale_figure"].exists()  # the render holds only this run
+
+    corpus = json.loads((run / "corpus/corpus.json").read_text())["figures"]
+    assert corpus["sample"]["fraction"] == 0.05 and corpus["not_sampled"] > 0
+    assert corpus["files_seen"] == corpus["admitted"] + corpus["quarantined"] + corpus["not_sampled"]
+    assert set(corpus["per_split"]) == {"train", "test"}  # the inherited partition, as found
+    audit = json.loads((run / "audit/audit.json").read_text())["figures"]
+    assert audit["crossings"]["exact_bytes"] >= 1  # real byte-identical copies across train/test
+    assert audit["inherited_partition"]["rejected"]
+    split = json.loads((run / "split/split.json").read_text())
+    assert split["crossings"]["groups_across_splits"] == 0  # repaired by the frozen split
+    bins = json.loads((run / "analysis/per_class.json").read_text())["figures"]["support_bins"]
+    empty = [b for b in bins.values() if b["classes"] == 0]
+    assert empty and all(b["note"] == analysis.EMPTY_BIN and b["delta"] is None for b in empty)
+
+    summary = registry.render_summary_markdown(run)
+    assert "its record lacks" not in summary  # every chapter's headline sentence found its keys
+    page = (html / "07_runtime.html").read_text()
+    assert "cpuinfo_utils.cpp" not in page and "runtime/native.log" in page

@@ -217,6 +217,55 @@ def test_run_chapter_writes_registered_evidence(broken_corpus, tmp_path):
     assert stored["figures"]["class_map_fingerprint"] == class_map["fingerprint"]
 
 
+@pytest.fixture
+def copied_corpus(tmp_path) -> Path:
+    """40 distinct JPEGs in train/test, a byte-identical copy inside train and one across train/test."""
+    root = tmp_path / "copies"
+    for i in range(40):
+        jpeg(root / ("train" if i % 4 else "test") / ("a" if i % 2 else "b") / f"f{i}.jpg", 100 + i)
+    out = sorted(p for p in root.rglob("*.jpg")
+                 if not corpus.in_sample(sha256_file(p), 0.3) and p.parts[-3] == "train")
+    write(root / "train/a/copy_in_train.jpg", out[0].read_bytes())
+    write(root / "test/b/copy_across.jpg", out[1].read_bytes())
+    return root
+
+
+def test_content_hash_sample_keeps_copies_together_and_lists_the_rest(copied_corpus, tmp_path):
+    result = corpus.scan_corpus(copied_corpus, workers=1, progress=False, sample_fraction=0.3)
+    manifest, left_out = result.manifest, result.not_sampled
+    assert len(manifest) + len(left_out) == 42 and len(left_out) > 0
+    assert set(manifest["rel_path"]).isdisjoint(left_out["rel_path"])
+    assert list(left_out.columns) == corpus.NOT_SAMPLED_COLUMNS
+    sampled = dict(zip(manifest["rel_path"], manifest["sha256"], strict=True))
+    across = sampled.get("test/b/copy_across.jpg")
+    assert across is not None and not corpus.in_sample(across, 0.3)  # kept for its cross-split twin
+    assert (manifest["sha256"] == across).sum() == 2
+    in_train_copy = left_out.loc[left_out["rel_path"] == "train/a/copy_in_train.jpg", "sha256"]
+    # the copy inside train and its original are left out together
+    assert len(in_train_copy) == 1 and (left_out["sha256"] == in_train_copy.iloc[0]).sum() == 2
+    assert all(corpus.in_sample(sha, 0.3) or sha == across for sha in sampled.values())
+    assert not any(corpus.in_sample(sha, 0.3) for sha in left_out["sha256"])
+
+    plain = corpus.scan_corpus(copied_corpus, workers=1, progress=False, sample_fraction=0.3,
+                               keep_cross_split_copies=False)
+    assert "test/b/copy_across.jpg" in set(plain.not_sampled["rel_path"])
+    assert corpus.scan_corpus(copied_corpus, workers=1, progress=False).not_sampled.empty
+    for bad in (0, 1.5, "half", True):
+        with pytest.raises(corpus.CorpusSampleError, match="sample_fraction"):
+            corpus.scan_corpus(copied_corpus, workers=1, progress=False, sample_fraction=bad)
+
+
+def test_sampled_chapter_accounts_for_every_file(copied_corpus, tmp_path):
+    ctx = config.open_run(tmp_path / "run", profile="smoke", data=str(copied_corpus),
+                          overrides={"corpus": {"sample_fraction": 0.3}})
+    figures = corpus.run_chapter(ctx, progress=False)["figures"]
+    left_out = pd.read_parquet(tmp_path / "run/corpus/not_sampled.parquet")
+    assert figures["files_seen"] == 42
+    assert figures["files_seen"] == figures["admitted"] + figures["quarantined"] + figures["not_sampled"]
+    assert figures["not_sampled"] == len(left_out) > 0 and figures["identity_holds"]
+    assert verify_registry(tmp_path / "run")["matches"].all()
+
+
 def test_tomato_corpus(tomato_root, tmp_path):
     ctx = config.open_run(tmp_path / "run", profile="smoke", data=str(tomato_root))
     record = corpus.run_chapter(ctx, progress=False)

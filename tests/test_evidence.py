@@ -95,3 +95,61 @@ def test_chapter_folder_override(tmp_path):
     record = Chapter(tmp_path, "per_class", folder="analysis").finish({"x": 1})
     assert record["chapter"] == "per_class"
     assert (tmp_path / "analysis" / "per_class.json").exists()
+
+
+def test_a_nan_anywhere_in_a_chapter_record_fails_with_its_key_path(tmp_path):
+    import numpy as np
+
+    chapter = Chapter(tmp_path, "per_class", folder="analysis")
+    figures = {"n": 3, "support_bins": [{"macro_f1_pte": 0.5}, {"macro_f1_pte": 0.4},
+                                        {"macro_f1_pte": float("nan")}],
+               "deep": {"values": np.array([1.0, np.inf])}}
+    with pytest.raises(evidence.NonFiniteValue) as failure:
+        chapter.finish(figures)
+    message = str(failure.value)
+    assert "figures.support_bins[2].macro_f1_pte" in message and "figures.deep.values[1]" in message
+    assert "support_bins[1]" not in message
+    assert not (tmp_path / "analysis" / "per_class.json").exists()
+
+
+def test_atomic_write_json_names_the_key_path_and_keeps_the_old_file(tmp_path):
+    target = tmp_path / "x.json"
+    evidence.atomic_write_json(target, {"a": 1})
+    with pytest.raises(evidence.NonFiniteValue, match=r"a\.b\[0\]"):
+        evidence.atomic_write_json(target, {"a": {"b": [float("-inf")]}})
+    assert json.loads(target.read_text()) == {"a": 1}
+
+
+def test_native_output_goes_to_a_registered_log(tmp_path):
+    import ctypes
+    import logging
+    import os
+    import sys
+
+    chapter = Chapter(tmp_path, "runtime")
+    libc = ctypes.CDLL(None)
+    with chapter.native_output():
+        os.write(2, b"[cpuinfo_utils.cpp:71] native line\n")
+        libc.puts(b"from printf")
+    library = logging.getLogger("a_library.module")
+    console = logging.StreamHandler(sys.stderr)  # as torch sets its loggers up at import
+    library.addHandler(console)
+    try:
+        with chapter.native_output():
+            os.write(1, b"second block\n")
+            library.warning("a library notice")
+            sys.stderr.write("[cpuinfo_utils.cpp:")  # as ExecuTorch's bindings write, piece by piece
+            sys.stderr.write("125] via sys.stderr\n")
+    finally:
+        library.removeHandler(console)
+    assert console.stream is sys.stderr  # restored after the block
+    log = (tmp_path / "runtime" / "native.log").read_text()
+    assert log.splitlines() == ["[cpuinfo_utils.cpp:71] native line", "from printf", "second block",
+                                "a library notice", "[cpuinfo_utils.cpp:125] via sys.stderr"]
+    record = chapter.finish({})
+    assert record["native_output"] == {"runtime/native.log": {"lines": 5, "bytes": len(log)}}
+    assert "(5 lines" in evidence.native_output_note(record) and "`runtime/native.log`" in \
+        evidence.native_output_note(record)
+    assert evidence.native_output_note({"figures": {}}) == ""
+    assert evidence.read_registry(tmp_path)["runtime/native.log"]["sha256"] == evidence.sha256_file(
+        tmp_path / "runtime" / "native.log")

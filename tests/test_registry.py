@@ -108,9 +108,53 @@ def test_summary_markdown_full_run(analysed_run) -> None:  # noqa: F811
     _assert_valid_myst(text)
     assert "## Headline results" in text and "## Artifact identity" in text
     sha = evidence.read_registry(run.run_dir)["runtime/model.pte"]["sha256"]
-    assert f"`{sha}`" in text
+    assert "<wbr>".join(sha[i:i + 16] for i in range(0, 64, 16)) in text  # wraps in a narrow cell
+    assert "figures.<wbr>paired.<wbr>reference_to_pte.<wbr>macro_f1.<wbr>delta" in text
     delta = record["figures"]["paired"]["reference_to_pte"]["macro_f1"]["delta"]
-    assert registry.format_value(delta) in text
+    assert registry.format_value(delta, "figures.paired.reference_to_pte.macro_f1.delta") in text
+    assert f"{100 * delta:+.2f} points" in text
+
+
+def test_summary_opens_with_a_headline_paragraph(analysed_run) -> None:  # noqa: F811
+    run, record, slice_record = analysed_run
+    text = registry.render_summary_markdown(run.run_dir)
+    paragraph = text.split("\n\n")[1]
+    f = record["figures"]
+    reference = f["states"]["reference"]["macro_f1"]
+    change = f["paired"]["reference_to_pte"]["macro_f1"]
+    assert f"float reference scored macro-F1 {100 * reference['value']:.1f} %" in paragraph
+    assert f"(95 % interval {100 * reference['lo']:.1f} % to {100 * reference['hi']:.1f} %)" in paragraph
+    assert f"paired change of {100 * change['delta']:+.1f} points" in paragraph
+    recall = slice_record["figures"]["slice"]["paired"]["reference_to_pte"]["mean_recall"]["delta"]
+    assert f"{100 * recall:+.1f} points" in paragraph
+    # the fixture's upstream records are skeletons: each lacking key is named, not guessed around
+    assert "(Chapter 3: Split: its record lacks 'trusted_pairs_across_splits'" in paragraph
+
+
+def test_every_headline_sentence_belongs_to_a_chapter_of_the_chain() -> None:
+    from cropcop_utils.chain import CHAPTERS
+
+    assert set(registry.HEADLINE_SENTENCES) <= {c.name for c in CHAPTERS}
+
+
+def test_a_record_without_a_headline_key_is_named_not_guessed(tmp_path: Path) -> None:
+    run = build_run(tmp_path)
+    record_path = run.run_dir / "split/split.json"
+    record = json.loads(record_path.read_text())
+    del record["crossings"]
+    evidence.atomic_write_json(record_path, record)
+    evidence.register(run.run_dir, "split/split.json", "split")
+    assert "its record lacks 'crossings'" in registry.headline_paragraph(run.run_dir)
+
+
+def test_units_follow_the_chapters() -> None:
+    assert registry.unit_of("figures.states.pte.macro_f1.value") == "percent"
+    assert registry.unit_of("figures.paired.reference_to_pte.accuracy.lo") == "points"
+    assert registry.unit_of("figures.test_macro_f1_delta_hi") == "points"
+    assert registry.unit_of("figures.test_agreement_with_int8_graph") == "percent"
+    assert registry.unit_of("figures.latency_p50_ratio") is None
+    assert registry.format_value(0.25, "figures.size_reduction") == "25.00 %"
+    assert registry.format_value(0.25, "figures.ratio") == "0.25"
 
 
 @pytest.mark.slow
