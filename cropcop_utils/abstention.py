@@ -30,7 +30,8 @@ import pandas as pd
 from scipy import optimize, special, stats
 from sklearn.metrics import brier_score_loss
 
-from . import metrics
+from . import card, metrics
+from .card import CARD
 from .config import RunContext
 from .evidence import Chapter, atomic_write_bytes, read_registry, row_id, sha256_bytes
 from .model_states import STATE_LABELS, STATE_NAMES, STATES
@@ -498,7 +499,8 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
                                    f"{ch.run_dir}: {', '.join(missing)}. Run the chain through 07_runtime.")
 
     # the .pte has no validation record: score the validation rows here (validation is not the test)
-    loaded = load_states(ch, n_classes)
+    with ch.native_output():  # ExecuTorch's C++ log lines go to abstention/native.log, not the book
+        loaded = load_states(ch, n_classes)
     batch = int(params["batch_size"])
     pte_val = score_rows({"pte": loaded["pte"]}, val_rows, ctx.corpus_root, ctx.section("image"), batch)
     ch.write_parquet(PTE_VAL, pte_val["pte"])
@@ -553,7 +555,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         ch.write_parquet(f"{FOLDER}/{name}.parquet", frame)
     plots = figures.save_all(ch, frames, states, params, lab_scores)
     recipe = deployment(states["pte"], params)
-    return ch.finish(
+    record = ch.finish(
         figures={"n_val": len(val_y), "n_test": len(test_y), "n_classes": n_classes,
                  "temperature_fit": "scipy.optimize.minimize_scalar (bounded) on the validation NLL",
                  "conformal_library": "crepes (split conformal, hinge non-conformity)",
@@ -565,6 +567,11 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         plots=plots, params=params, deployment=recipe,
         test_rows_read={"count": len(test_y), "via": "prediction records of chapters 5-7 (logits)",
                         "purpose": "calibration, selective risk and conformal coverage of every state"})
+    if CARD in read_registry(ctx.run_dir):
+        # The model card of chapter 10 gains the deployment recipe: rendered again from the run's JSON,
+        # now with abstention/abstention.json in it (the registry names this chapter as its writer).
+        card.write_card(ctx.run_dir, chapter="abstention")
+    return record
 
 
 def out_of_scope_records(ctx: RunContext, ch: Chapter, class_map: dict[str, Any], loaded: dict[str, Any],

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from .card import CARD
 from .chain import CHAPTERS, ChapterSpec
 from .config import SYNTHETIC, RunContext, open_run
 from .evidence import atomic_write_text
@@ -106,10 +107,17 @@ def write_run_pages(ctx: RunContext, ran: list[ChapterSpec], book_root: Path) ->
     summary = registry.render_summary_markdown(ctx.run_dir)
     atomic_write_text(book_dir / "summary.md", summary)
     front.append("book/summary")
+    back = []
+    card_path = ctx.run_dir / CARD
+    if any(c.name == "field" for c in ran) and card_path.exists():
+        # The card as its own page, as the run left it (chapter 11 re-renders it with its recipe).
+        atomic_write_text(book_dir / "card.md", card_path.read_text())
+        back.append("book/card")
     toc = {
         "format": "jb-book",
         "root": "book/intro",
-        "chapters": [{"file": f} for f in front] + [{"file": f"book/{c.notebook}"} for c in ran],
+        "chapters": [{"file": f} for f in front] + [{"file": f"book/{c.notebook}"} for c in ran]
+                    + [{"file": f} for f in back],
     }
     toc_path = book_dir / RUN_TOC_NAME
     atomic_write_text(toc_path, yaml.safe_dump(toc, sort_keys=False))

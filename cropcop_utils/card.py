@@ -189,9 +189,12 @@ def render(data: dict[str, Any]) -> str:
     )
 
 
-def write_card(run_dir: str | os.PathLike) -> Path:
-    """Render ``field/card.md`` from the run's JSON, write it atomically and register it (chapter 'field')."""
+def write_card(run_dir: str | os.PathLike, chapter: str = "field") -> Path:
+    """Render ``field/card.md`` from the run's JSON, write it atomically and register it as ``chapter``'s.
+
+    Chapter 10 writes the first card; chapter 11 renders it again once its deployment recipe exists.
+    """
     run_dir = Path(run_dir)
     path = atomic_write_text(run_dir / CARD, render(collect(run_dir)))
-    register(run_dir, CARD, "field")
+    register(run_dir, CARD, chapter)
     return path

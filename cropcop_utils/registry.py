@@ -361,6 +361,31 @@ def _fruit_slice_sentence(r: dict[str, Any]) -> str | None:
             f"{points(recall['lo'])} to {points(recall['hi'])}).")
 
 
+def _field_sentence(r: dict[str, Any]) -> str:
+    if r["status"] != "measured":
+        return f"Field transfer was not measured: {r['reason']}."
+    f = r["figures"]
+    text = (f"Outside the lab, the `.pte` classified {percent(f['pte_field_accuracy'])} of the field "
+            f"photographs correctly, against {percent(f['pte_lab_accuracy'])} of the lab test images of "
+            "the same classes")
+    share = f["pte_background_share"]
+    if share is not None:
+        text += f"; swapping only the background explains {percent(share)} of that gap"
+    return text + "."
+
+
+def _abstention_sentence(r: dict[str, Any]) -> str:
+    d = r["deployment"]
+    lab = d["lab_test"]
+    text = (f"Calibrated (T = {d['temperature']:.2f}) and asked to abstain for a {percent(d['target_risk'])} "
+            f"target risk, the `.pte` accepts {percent(lab['coverage'])} of the locked test images with a "
+            f"selective risk of {percent(lab['selective_risk'])}")
+    if d["field"] is not None:
+        text += (f", abstains on {percent(d['field']['abstained_share'])} of the field photographs "
+                 f"(accuracy on the rest {percent(d['field']['accuracy_accepted'])})")
+    return text + f", and rejects {percent(d['out_of_scope']['rejection_rate'])} of the out-of-scope images."
+
+
 # chapter name -> the sentence of its main finding (a chapter added to the chain adds one line here)
 HEADLINE_SENTENCES: dict[str, Callable[[dict[str, Any]], str | None]] = {
     "corpus": _corpus_sentence,
@@ -371,6 +396,8 @@ HEADLINE_SENTENCES: dict[str, Callable[[dict[str, Any]], str | None]] = {
     "runtime": _runtime_sentence,
     "per_class": _per_class_sentence,
     "fruit_slice": _fruit_slice_sentence,
+    "field": _field_sentence,
+    "abstention": _abstention_sentence,
 }
 
 

@@ -115,6 +115,14 @@ def test_smoke_book_runs_every_chapter_and_renders(smoke_book):
     intro = (html / "intro.html").read_text()
     assert "smoke" in intro and "synthetic corpus" in intro
     assert any(f"[1/{len(book.CHAPTERS)}] corpus: done" in line for line in smoke_book["log"])
+    # the model card is a page of its own, as chapter 11 left it: with the deployment recipe
+    card = (html / "card.html").read_text()
+    assert "Deployed state" in card and "The model cannot abstain" not in card
+    run_card = (Path(smoke_book["run_dir"]) / "field" / "card.md").read_text()
+    assert "Deployed state" in run_card
+    from cropcop_utils.evidence import read_registry
+
+    assert read_registry(smoke_book["run_dir"])["field/card.md"]["chapter"] == "abstention"
 
 
 def test_executed_chapters_carry_no_progress_bars(smoke_book):

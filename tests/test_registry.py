@@ -131,6 +131,29 @@ def test_summary_opens_with_a_headline_paragraph(analysed_run) -> None:  # noqa:
     assert "(Chapter 3: Split: its record lacks 'trusted_pairs_across_splits'" in paragraph
 
 
+def test_field_and_abstention_headlines_read_their_records() -> None:
+    field = {"status": "measured", "figures": {"pte_field_accuracy": 0.195, "pte_lab_accuracy": 0.998,
+                                               "pte_background_share": 0.626}}
+    sentence = registry.HEADLINE_SENTENCES["field"](field)
+    assert "19.5 % of the field photographs" in sentence and "99.8 % of the lab test" in sentence
+    assert "explains 62.6 % of that gap" in sentence
+    undefined = registry.HEADLINE_SENTENCES["field"]({**field, "figures": {**field["figures"],
+                                                                           "pte_background_share": None}})
+    assert "gap" not in undefined.split("same classes")[1]
+    none = {"status": "no_field_cohort", "reason": "this run has no field cohort"}
+    assert registry.HEADLINE_SENTENCES["field"](none) == "Field transfer was not measured: this run has " \
+                                                         "no field cohort."
+    deployment = {"temperature": 1.5, "target_risk": 0.02,
+                  "lab_test": {"coverage": 0.8, "selective_risk": None},
+                  "field": {"abstained_share": 0.6, "accuracy_accepted": 0.4},
+                  "out_of_scope": {"rejection_rate": 0.9}}
+    sentence = registry.HEADLINE_SENTENCES["abstention"]({"deployment": deployment})
+    assert "T = 1.50" in sentence and "accepts 80.0 %" in sentence and "selective risk of n/a" in sentence
+    assert "abstains on 60.0 % of the field" in sentence and "rejects 90.0 %" in sentence
+    sentence = registry.HEADLINE_SENTENCES["abstention"]({"deployment": {**deployment, "field": None}})
+    assert "field" not in sentence
+
+
 def test_every_headline_sentence_belongs_to_a_chapter_of_the_chain() -> None:
     from cropcop_utils.chain import CHAPTERS
 

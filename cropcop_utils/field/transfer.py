@@ -155,7 +155,8 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     frozen = load_frozen(ch)
     names = frozen.class_names
     spec = ImageSpec.from_section(ctx.section("image"))
-    states = state_models.load_states(ch, len(names))
+    with ch.native_output():  # ExecuTorch's C++ log lines go to field/native.log, not the book
+        states = state_models.load_states(ch, len(names))
     lab_records = lab_test_records(ch, states)
     preds = {s: lab_records[s].set_index("row_id")["pred"] for s in states}
 
