@@ -180,6 +180,29 @@ def test_gate_boundaries_pass_and_fail():
     assert not passed and "agreement" in why and "macro-F1" not in why
 
 
+def test_the_gate_boundary_holds_through_the_real_subtraction():
+    # Validation macro-F1 0.87 -> 0.86 is a drop of exactly 1 point, but 0.87 - 0.86 is
+    # 0.010000000000000009 in floating point: compared raw, a 1-point gate would fail it.
+    gate = quant.Gate(max_macro_f1_drop=0.01, min_agreement=0.98)
+    on_boundary = quant.macro_f1_drop(0.87, 0.86)
+    assert on_boundary > 0.01  # the float noise this test is about
+    just_past = quant.macro_f1_drop(0.87, 0.86 - 1e-6)  # 1e-4 points past the limit
+    table = quant.apply_gate(_table([("on", 0, 0, on_boundary, 0.99), ("past", 1, 0, just_past, 0.99)]), gate)
+    verdicts = table.set_index("candidate")
+    assert bool(verdicts.at["on", "passed"]) and "1.00 pt ≤ 1.00 pt" in verdicts.at["on", "verdict"]
+    assert not bool(verdicts.at["past", "passed"]) and "macro-F1 drop" in verdicts.at["past", "verdict"]
+    # Agreement is computed from predictions too, and sits on its floor the same way.
+    agree = quant.agreement([1] * 49 + [0], [1] * 50)
+    assert gate.verdict(on_boundary, agree)[0]
+    assert not gate.verdict(on_boundary, quant.agreement([1] * 48 + [0, 0], [1] * 50))[0]
+    # The precision is declared: it is part of the gate's record and of the declaration's fingerprint.
+    assert quant.Gate(0.01, 0.98).points_decimals == quant.GATE_DECIMALS == 9
+    coarse = quant.declaration([], quant.Gate(0.01, 0.98, points_decimals=2), 30, 0, 16)
+    assert coarse["gate"]["points_decimals"] == 2
+    assert coarse["fingerprint"] != quant.declaration([], gate, 30, 0, 16)["fingerprint"]
+    assert quant.gate_points(on_boundary) == quant.gate_points(0.01) == 1.0
+
+
 # --------------------------------------------------------------------------- selection
 def _table(rows: list[tuple[str, int, int, float, float]]) -> pd.DataFrame:
     """(candidate, order, calibration_rows, macro_f1_drop, agreement) with float macro-F1 0.9."""
@@ -413,3 +436,4 @@ def test_notebook_runs_headless(smoke_book):
     assert evidence.verify_artifact(run_dir, quant.SELECTED) == record["selected_graph"]["sha256"]
     text = (smoke_book["book_root"] / "book" / "06_ptq.ipynb").read_text()
     assert "Traceback" not in text and "Selected:" in text
+    assert f"rounded to {record['gate']['points_decimals']} decimals" in text  # the precision, from JSON
