@@ -1,8 +1,8 @@
 """Chapter 6 (PTQ): declaration, calibration rows, gate and selection, the PT2E flow, the chapter itself.
 
 The chapter test builds a tiny registered run folder in the contract's schemas (a 3-class corpus of
-32 px JPEGs, a frozen split that ``split.load_frozen`` accepts, an untrained ``test_efficientnet`` as
-the compact checkpoint with its float prediction records) and runs :func:`quant.run_chapter` on it.
+32 px JPEGs, a frozen split that ``split.load_frozen`` accepts, a ``test_efficientnet`` trained for a few
+steps as the compact checkpoint with its float prediction records) and runs :func:`quant.run_chapter` on it.
 ``test_runtime`` reuses the same run folder (``ptq_run``) for chapter 7.
 """
 
@@ -19,7 +19,9 @@ import torch
 from PIL import Image
 
 from cropcop_utils import checkpoint, config, evidence, locked_test, predict, quant, split, taxonomy
+from cropcop_utils.data import EvalImages
 from cropcop_utils.evidence import Chapter
+from cropcop_utils.imaging import ImageSpec
 
 ARCH = "test_efficientnet"
 SIZE = 32
@@ -31,7 +33,8 @@ OVERRIDES = {
         {"name": "dynamic_pc", "activations": "dynamic", "per_channel": True, "calibration_rows": 0},
         {"name": "static_pc_full", "activations": "static", "per_channel": True, "calibration_rows": 100},
         {"name": "static_pc_half", "activations": "static", "per_channel": True, "calibration_rows": 8}],
-        "batch_size": 8, "max_batch": 16, "bootstrap": 50},
+        # max_batch above 16: the lowering's batch >= 16 guard (runtime.lower) is exercised at the bound
+        "batch_size": 8, "max_batch": 24, "bootstrap": 50},
     "runtime": {"batch_size": 8, "latency_warmup": 1, "latency_runs": 3},
 }
 
@@ -52,6 +55,22 @@ def _jpeg(path: Path, colour: np.ndarray, rng: np.random.Generator) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pixels = np.clip(colour + rng.normal(0, 25, (SIZE, SIZE, 3)), 0, 255).astype(np.uint8)
     Image.fromarray(pixels).save(path, "JPEG", quality=90)
+
+
+TRAIN_STEPS = 25  # full-batch AdamW steps: enough for this colour-coded task to be learned, in seconds
+
+
+def train_briefly(model: torch.nn.Module, rows: pd.DataFrame, corpus: Path, spec: ImageSpec) -> None:
+    """A few full-batch AdamW steps on the training images (loading contract); leaves the model in eval."""
+    images = torch.stack([image for image, _ in EvalImages(rows, corpus, spec)])
+    labels = torch.as_tensor(rows["label"].to_numpy().copy(), dtype=torch.long)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(TRAIN_STEPS):
+        optimiser.zero_grad()
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        optimiser.step()
+    model.eval()
 
 
 def build_tiny_run(base: Path, overrides: dict | None = None) -> TinyRun:
@@ -93,11 +112,14 @@ def build_tiny_run(base: Path, overrides: dict | None = None) -> TinyRun:
     fingerprints = {r: evidence.sha256_file(run_dir / r) for r in split.FROZEN_FILES}
     split_ch.finish(figures={}, fingerprints=fingerprints)
 
-    # The compact model: untrained (the chain's mechanics are under test, not its accuracy).
+    # The compact model, trained for a few steps: the chain's mechanics are under test, not its accuracy,
+    # but the .pte-vs-graph proof (test_runtime) needs logits with a real spread and real decisions.
     torch.manual_seed(0)
     from cropcop_utils.models import create_model
 
-    model = create_model(ARCH, len(CLASSES)).eval()
+    model = create_model(ARCH, len(CLASSES))
+    spec = ImageSpec.from_section(ctx.section("image"))
+    train_briefly(model, frame[frame["split"] == "train"], corpus, spec)
     train_ch = Chapter(run_dir, "training")
     sha = checkpoint.save(run_dir / quant.CHECKPOINT, {"model": model.state_dict(), "arch": ARCH,
                                                        "num_classes": len(CLASSES), "image_size": SIZE})
