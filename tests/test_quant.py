@@ -57,7 +57,7 @@ def _jpeg(path: Path, colour: np.ndarray, rng: np.random.Generator) -> None:
     Image.fromarray(pixels).save(path, "JPEG", quality=90)
 
 
-TRAIN_STEPS = 25  # full-batch AdamW steps: enough for this colour-coded task to be learned, in seconds
+TRAIN_STEPS = 60  # full-batch AdamW steps: enough for this colour-coded task to be learned, in seconds
 
 
 def train_briefly(model: torch.nn.Module, rows: pd.DataFrame, corpus: Path, spec: ImageSpec) -> None:
@@ -70,6 +70,16 @@ def train_briefly(model: torch.nn.Module, rows: pd.DataFrame, corpus: Path, spec
         optimiser.zero_grad()
         torch.nn.functional.cross_entropy(model(images), labels).backward()
         optimiser.step()
+    # Batch-norm statistics after so few steps still lean on their initial values: set them to the
+    # training set's own (cumulative average over one pass), so eval mode decides as training did.
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None
+    with torch.no_grad():
+        model(images)
+    for norm in norms:
+        norm.momentum = 0.1
     model.eval()
 
 
