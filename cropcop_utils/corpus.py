@@ -12,13 +12,14 @@ corpus with no image at the layout's depth is refused with :class:`CorpusLayoutE
 Every regular file under the root is *seen* and gets one manifest row; nothing is skipped.  A row is
 admitted only if it passes every check; otherwise it carries the first reason that applies:
 
-``os_junk`` (``.DS_Store``, ``Thumbs.db``, AppleDouble ``._*``, ``__MACOSX/``…), ``hidden`` (a dot
-file or a file in a dot folder), ``outside_layout`` (a file at the wrong depth: at the root, directly
-in a split folder, or in a sub-folder of a class), ``zero_byte``, ``not_an_image``,
-``decompression_bomb`` (more pixels than the profile's ``corpus.max_image_pixels``), ``truncated``,
-``unreadable`` (any other decoder failure, including the RGB conversion of the loading contract), and
-``class_below_min_support`` (the file is fine but its class has fewer than
-``corpus.min_class_support`` such files, over all splits).  The first three extend the contract's
+``outside_corpus`` (a symbolic link whose real path leaves the corpus root: the file, or the linked
+folder, is never opened), ``os_junk`` (``.DS_Store``, ``Thumbs.db``, AppleDouble ``._*``,
+``__MACOSX/``…), ``hidden`` (a dot file or a file in a dot folder), ``outside_layout`` (a file at the
+wrong depth: at the root, directly in a split folder, or in a sub-folder of a class), ``zero_byte``,
+``not_an_image``, ``decompression_bomb`` (more pixels than the profile's ``corpus.max_image_pixels``),
+``truncated``, ``unreadable`` (any other decoder failure, including the RGB conversion of the loading
+contract), and ``class_below_min_support`` (the file is fine but its class has fewer than
+``corpus.min_class_support`` such files, over all splits).  The first four extend the contract's
 list: they keep the identity ``files_seen == admitted + quarantined`` true without silent skips.
 
 Sampling (``corpus.sample_fraction``, folder corpora only): a file whose content SHA-256, read as a
@@ -30,6 +31,12 @@ to find is never sampled away.
 
 A file is decoded exactly as :mod:`cropcop_utils.imaging` decodes it for a model (full ``load()``,
 truncated files refused, then the RGB conversion), so an admitted file is a loadable file.
+
+Symbolic links are resolved once.  A file link inside the root is probed like any file (through the
+link) and its row says ``is_link``.  Folders are walked without following links: a folder link whose
+target lies inside the root is not descended, because every file there is already listed once at its
+real path (link cycles therefore cannot loop or duplicate rows); a folder link that leaves the root is
+one ``outside_corpus`` row and is never entered.
 """
 
 from __future__ import annotations
@@ -56,17 +63,18 @@ SPLITS = ("train", "val", "test")
 NO_SPLIT = "none"
 SPLIT_ALIASES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 LAYOUT_REASONS = ("os_junk", "hidden", "outside_layout")
+OUTSIDE_REASON = "outside_corpus"
 CLASS_REASON = "class_below_min_support"
 # Order = precedence: a file gets the first reason that applies.
-REASONS = LAYOUT_REASONS + ("zero_byte", "not_an_image", "decompression_bomb", "truncated", "unreadable",
-                            CLASS_REASON)
+REASONS = (OUTSIDE_REASON, *LAYOUT_REASONS, "zero_byte", "not_an_image", "decompression_bomb", "truncated",
+           "unreadable", CLASS_REASON)
 OS_JUNK_FILES = frozenset({".ds_store", "thumbs.db", "ehthumbs.db", "desktop.ini", ".directory",
                            "icon\r"})
 OS_JUNK_DIRS = frozenset({"__macosx", ".spotlight-v100", ".trashes", ".fseventsd", "$recycle.bin",
                           "system volume information", ".ipynb_checkpoints"})
 MANIFEST_COLUMNS = ["row_id", "rel_path", "class_name", "inherited_split", "bytes", "sha256", "format",
                     "width", "height", "mode", "exif_orientation", "exif_make", "exif_model",
-                    "decode_status", "error", "admitted", "quarantine_reason"]
+                    "decode_status", "error", "admitted", "quarantine_reason", "is_link"]
 QUARANTINE_COLUMNS = ["row_id", "rel_path", "class_name", "inherited_split", "reason", "detail"]
 NOT_SAMPLED_COLUMNS = ["row_id", "rel_path", "class_name", "inherited_split", "bytes", "sha256"]
 INLINE_BELOW = 200  # smaller corpora are scanned in-process: a pool costs more than it saves
@@ -152,22 +160,31 @@ class FileEntry:
     inherited_split: str
     layout_reason: str | None
     layout_detail: str | None
+    is_link: bool = False
 
 
-def _walk_files(root: Path) -> Iterable[tuple[str, ...]]:
-    """Path parts of every regular file under root (links followed, loops cut)."""
-    seen_dirs: set[tuple[int, int]] = set()
-    for current, dirnames, filenames in os.walk(root, followlinks=True):
-        stat = os.stat(current)
-        key = (stat.st_dev, stat.st_ino)
-        if key in seen_dirs:
-            dirnames[:] = []
-            continue
-        seen_dirs.add(key)
+def _outside_target(path: Path, real_root: Path) -> Path | None:
+    """Where a link really leads when that is outside ``real_root``; None when it stays inside."""
+    target = Path(os.path.realpath(path))
+    return None if target.is_relative_to(real_root) else target
+
+
+def _walk_files(root: Path) -> Iterable[tuple[tuple[str, ...], bool, Path | None]]:
+    """(path parts, is a link, real target outside the root or None) of every file under root.
+
+    Real folders only (``os.walk`` does not follow folder links): a folder link inside the root leads to
+    files listed at their real path anyway, one outside it is yielded as a single entry, never entered.
+    """
+    real_root = root.resolve()
+    for current, dirnames, filenames in os.walk(root):
         dirnames.sort()
-        base = Path(current).relative_to(root).parts
-        for name in sorted(filenames):
-            yield base + (name,)
+        here = Path(current)
+        base = here.relative_to(root).parts
+        folder_links = [d for d in dirnames if (here / d).is_symlink()]
+        for name in sorted(filenames + [d for d in folder_links if _outside_target(here / d, real_root)]):
+            path = here / name
+            link = path.is_symlink()
+            yield base + (name,), link, _outside_target(path, real_root) if link else None
 
 
 def list_files(root: str | os.PathLike, layout: Layout | None = None) -> tuple[list[FileEntry], list[str]]:
@@ -176,7 +193,7 @@ def list_files(root: str | os.PathLike, layout: Layout | None = None) -> tuple[l
     root = Path(root)
     layout = layout or detect_layout(root)
     entries = []
-    for parts in _walk_files(root):
+    for parts, is_link, outside in _walk_files(root):
         rel_path = "/".join(parts)
         split = NO_SPLIT
         class_index = 0
@@ -191,7 +208,11 @@ def list_files(root: str | os.PathLike, layout: Layout | None = None) -> tuple[l
         ):
             class_name = None
         reason = detail = None
-        if any(p.lower() in OS_JUNK_DIRS for p in parts[:-1]) or _is_junk_name(parts[-1]):
+        if outside is not None:
+            reason = OUTSIDE_REASON
+            detail = (f"symbolic link to {_storable(str(outside))[0]}, outside the corpus root: never "
+                      "opened; copy the file into the corpus or point --data at the folder that holds it")
+        elif any(p.lower() in OS_JUNK_DIRS for p in parts[:-1]) or _is_junk_name(parts[-1]):
             reason, detail = "os_junk", "operating-system metadata file, not part of the corpus"
         elif any(p.startswith(".") for p in parts):
             reason, detail = "hidden", "hidden file or file in a hidden folder"
@@ -199,11 +220,13 @@ def list_files(root: str | os.PathLike, layout: Layout | None = None) -> tuple[l
             reason = "outside_layout"
             detail = (f"file at depth {len(parts)}; the {layout.kind} layout keeps images at "
                       f"{layout.describe()}")
-        entries.append(FileEntry(rel_path, class_name, split, reason, detail))
+        entries.append(FileEntry(rel_path, class_name, split, reason, detail, is_link))
     empty_classes = []
     class_parents = [root] if layout.kind == "flat" else [root / name for name in layout.split_folders]
     for parent in class_parents:
         for folder in _visible_dirs(parent):
+            if folder.is_symlink():  # its files are listed at their real path, or it is outside_corpus
+                continue
             if not any(child.is_file() for child in folder.iterdir()):
                 empty_classes.append(folder.relative_to(root).as_posix())
     in_layout = sum(e.layout_reason is None for e in entries)
@@ -285,6 +308,17 @@ def probe_all(
     return [row for chunk in out for row in chunk or []]
 
 
+def _probe_inside(root: Path, entries: list[FileEntry], max_image_pixels: int | None, workers: int | None,
+                  progress: bool) -> list[dict[str, Any]]:
+    """:func:`probe_all` over the entries inside the root; an ``outside_corpus`` entry is never opened."""
+    inside = [e.rel_path for e in entries if e.layout_reason != OUTSIDE_REASON]
+    probed = iter(probe_all(root, inside, max_image_pixels, workers, progress))
+    unopened = {"bytes": None, "sha256": None, "format": None, "width": None, "height": None, "mode": None,
+                "exif_orientation": None, "exif_make": None, "exif_model": None, "error": None,
+                "decode_status": "not_opened", "decode_reason": None}
+    return [dict(unopened) if e.layout_reason == OUTSIDE_REASON else next(probed) for e in entries]
+
+
 # --------------------------------------------------------------------------- scan
 @dataclass
 class ScanResult:
@@ -363,7 +397,7 @@ def scan_corpus(
     layout = detect_layout(root)
     entries, empty_classes = list_files(root, layout)
     entries, not_sampled = sample_entries(root, entries, sample_fraction, keep_cross_split_copies)
-    probes = probe_all(root, [e.rel_path for e in entries], max_image_pixels, workers, progress)
+    probes = _probe_inside(root, entries, max_image_pixels, workers, progress)
 
     rows = []
     details = []
@@ -377,7 +411,8 @@ def scan_corpus(
         row = {k: probe[k] for k in MANIFEST_COLUMNS if k in probe}
         rows.append({**row, "row_id": make_row_id(rel_path), "rel_path": rel_path,
                      "class_name": None if entry.class_name is None else _storable(entry.class_name)[0],
-                     "inherited_split": entry.inherited_split, "quarantine_reason": reason})
+                     "inherited_split": entry.inherited_split, "quarantine_reason": reason,
+                     "is_link": entry.is_link})
         details.append(detail)
     manifest = pd.DataFrame(rows)
     manifest["detail"] = details
@@ -419,6 +454,7 @@ def _typed_manifest(frame: pd.DataFrame) -> pd.DataFrame:
                    "quarantine_reason", "detail"):
         frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
     frame["admitted"] = frame["admitted"].astype(bool)
+    frame["is_link"] = frame["is_link"].astype(bool)
     return frame
 
 

@@ -40,6 +40,10 @@ SELECTION_RULE = ("gate passed first; then higher validation macro-F1; a macro-F
                   "effective calibration rows, then to the earlier declared candidate")
 # Macro-F1 values are compared at this many decimals, so float noise never breaks a true tie.
 TIE_DECIMALS = 12
+# The gate compares in points (percent) rounded to this many decimals: 0.87 - 0.86 is 1.0000000000000009
+# points in floating point and must sit *on* a 1-point limit, while any real metric difference (at least
+# 1 / rows, i.e. 1e-4 points even at a million rows) stays far above 1e-9 points.
+GATE_DECIMALS = 9
 MIN_MAX_BATCH = 4  # a dynamic batch bound of 2 (the export example) lowers to a program fixed at 2
 DEFAULTS: dict[str, Any] = {"calibration_seed": 0, "batch_size": 32, "max_batch": 64, "bootstrap": 1000,
                             "seed": 0, "ci_level": 0.95, "require_pass": False}
@@ -111,10 +115,16 @@ def parse_candidates(section: dict[str, Any]) -> list[Candidate]:
 
 @dataclass(frozen=True)
 class Gate:
-    """The validation gate: both criteria must hold.  Values are fractions (0.01 = 1 point)."""
+    """The validation gate: both criteria must hold.  Values are fractions (0.01 = 1 point).
+
+    Both sides of each comparison are converted to points (percent) and rounded to ``points_decimals``
+    first (:func:`gate_points`), so a drop equal to the limit up to floating-point noise is on the
+    boundary, and the boundary passes.  The precision is part of the declared (fingerprinted) gate.
+    """
 
     max_macro_f1_drop: float
     min_agreement: float
+    points_decimals: int = GATE_DECIMALS
 
     @classmethod
     def from_section(cls, section: dict[str, Any]) -> Gate:
@@ -132,14 +142,25 @@ class Gate:
         """(passed, why) for one candidate's validation drop and agreement."""
         drop, limit = f"{100 * macro_f1_drop:.2f} pt", f"{100 * self.max_macro_f1_drop:.2f} pt"
         agree, floor = f"{100 * agreement:.2f}%", f"{100 * self.min_agreement:.2f}%"
+        decimals = self.points_decimals
         failures = []
-        if macro_f1_drop > self.max_macro_f1_drop:
+        if gate_points(macro_f1_drop, decimals) > gate_points(self.max_macro_f1_drop, decimals):
             failures.append(f"macro-F1 drop {drop} > {limit}")
-        if agreement < self.min_agreement:
+        if gate_points(agreement, decimals) < gate_points(self.min_agreement, decimals):
             failures.append(f"agreement {agree} < {floor}")
         if failures:
             return False, "fails: " + "; ".join(failures)
         return True, f"passes: macro-F1 drop {drop} ≤ {limit}, agreement {agree} ≥ {floor}"
+
+
+def gate_points(fraction: float, decimals: int = GATE_DECIMALS) -> float:
+    """A fraction in points (percent), rounded to the gate's declared precision."""
+    return round(100.0 * float(fraction), int(decimals))
+
+
+def macro_f1_drop(float_macro_f1: float, candidate_macro_f1: float) -> float:
+    """How much macro-F1 a candidate loses against the float model (negative: it gains)."""
+    return float(float_macro_f1) - float(candidate_macro_f1)
 
 
 def declaration(candidates: Sequence[Candidate], gate: Gate, n_train: int, calibration_seed: int,
@@ -645,7 +666,8 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         with ch.native_output(NATIVE_LOG):
             blob, result, ops, stored = evaluate_candidate(ch, exported, candidate, batches, len(calibration),
                                                            val_rows, float_val, cfg, example, max_batch)
-        results.append({**result, "macro_f1_drop": float_scores["macro_f1"] - result["macro_f1"]})
+        drop = macro_f1_drop(float_scores["macro_f1"], result["macro_f1"])
+        results.append({**result, "macro_f1_drop": drop})
         ops_tables.append(ops)
         byte_tables.append(stored)
         blobs[candidate.name] = blob

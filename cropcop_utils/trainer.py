@@ -16,6 +16,7 @@ and gathered.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import random
 import signal
@@ -104,6 +105,20 @@ def resolve_amp(config: dict[str, Any], device: torch.device) -> str:
 
 
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
+
+
+def parameters_sha256(model: nn.Module) -> str:
+    """SHA-256 of a model's parameters (names, dtypes, shapes, bytes), in registration order.
+
+    Buffers are left out on purpose: DDP broadcasts rank 0's buffers before each forward, but the batch
+    norm statistics of the last forward are each rank's own; only the parameters must agree bit for bit.
+    """
+    digest = hashlib.sha256()
+    for name, param in model.named_parameters():
+        tensor = param.detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------- the loop
@@ -197,11 +212,14 @@ class Trainer:
     # ---- checkpoints
     def _state(self) -> dict[str, Any]:
         rng = gather(ckpt.capture_rng(), self.env)  # every rank's streams, in rank order
+        # Every rank's parameter digest: the evidence that DDP kept the ranks in lockstep.
+        rank_digests = gather(parameters_sha256(self.model), self.env)
         return {
             "format": ckpt.FORMAT, "kind": self.job.kind, "model": self.model.state_dict(),
             "ema": self.ema.module.state_dict() if self.ema else None,
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(), "rng": rng, "progress": dict(self.progress),
+            "scaler": self.scaler.state_dict(), "rng": rng, "rank_parameters_sha256": rank_digests,
+            "progress": dict(self.progress),
             "history": list(self.history), "config": self.config_record,
             "config_fingerprint": self.config_fingerprint,
             "data_fingerprints": dict(self.job.data_fingerprints), **self._identity(),

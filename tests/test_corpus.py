@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -294,3 +295,69 @@ def test_notebook_runs_headless_on_synthetic(smoke_book):
     text = out.read_text()
     assert "Chapter 1: Corpus" in text and "Traceback" not in text
     assert f"{record['figures']['files_seen']:,}" in text  # prose numbers come from the run files
+
+
+# --------------------------------------------------------------------------- symbolic links
+@pytest.fixture
+def linked_corpus(tmp_path) -> tuple[Path, Path]:
+    """A corpus with links that stay inside it, links that leave it, and a folder-link cycle."""
+    root, outside = tmp_path / "corpus", tmp_path / "elsewhere"
+    for i in range(3):
+        jpeg(root / "train" / "alpha" / f"a{i}.jpg", i)
+        jpeg(root / "train" / "beta" / f"b{i}.jpg", 10 + i)
+    jpeg(outside / "secret.jpg", 99)  # a valid image: read, it would be admitted
+    write(outside / "passwd", b"root:x:0:0:root:/root:/bin/bash\n")
+    (root / "train/beta/b_link.jpg").symlink_to("../alpha/a0.jpg")  # inside: followed
+    (root / "train/alpha/stolen.jpg").symlink_to(outside / "secret.jpg")  # outside, absolute
+    (root / "train/alpha/passwd.jpg").symlink_to(Path("../../..") / "elsewhere/passwd")  # outside, relative
+    (root / "train/alpha/far").symlink_to(outside, target_is_directory=True)  # outside folder
+    (root / "train/alpha/loop").symlink_to("..", target_is_directory=True)  # cycle back to train/
+    (root / "train/beta_again").symlink_to("beta", target_is_directory=True)  # a folder seen twice
+    return root, outside
+
+
+def test_links_leaving_the_corpus_are_quarantined_without_being_opened(linked_corpus, monkeypatch):
+    root, outside = linked_corpus
+    probed: list[str] = []
+    real_probe = corpus.probe_file
+
+    def spy(path, *args, **kwargs):  # probe_file is the only code that opens a corpus file
+        probed.append(os.path.realpath(path))
+        return real_probe(path, *args, **kwargs)
+
+    monkeypatch.setattr(corpus, "probe_file", spy)
+    result = corpus.scan_corpus(root, min_class_support=2, workers=1, progress=False)
+    row = result.manifest.set_index("rel_path")
+    for rel in ("train/alpha/stolen.jpg", "train/alpha/passwd.jpg", "train/alpha/far"):
+        assert row.at[rel, "quarantine_reason"] == "outside_corpus", rel
+        assert bool(row.at[rel, "is_link"]) and row.at[rel, "decode_status"] == "not_opened"
+        assert row.at[rel, "bytes"] is pd.NA and row.at[rel, "sha256"] is None
+    assert str(outside) in result.quarantine.set_index("rel_path").at["train/alpha/stolen.jpg", "detail"]
+    assert not [p for p in probed if Path(p).is_relative_to(outside.resolve())]
+    assert len(probed) == len(result.manifest) - 3  # every other row was probed, once
+    # The folder outside is one row, never entered: nothing under it is listed.
+    assert not [rel for rel in row.index if rel.startswith("train/alpha/far/")]
+    assert corpus.reason_counts(result.manifest)["outside_corpus"] == 3
+    assert len(result.manifest) == result.manifest["admitted"].sum() + len(result.quarantine)
+
+
+def test_links_inside_the_corpus_are_followed_once_and_marked(linked_corpus):
+    root, _ = linked_corpus
+    result = corpus.scan_corpus(root, min_class_support=2, workers=1, progress=False)
+    manifest = result.manifest
+    assert list(manifest.columns) == corpus.MANIFEST_COLUMNS and manifest["is_link"].dtype == bool
+    row = manifest.set_index("rel_path")
+    # A file link inside the root is read through the link: the same bytes as its target, marked a link.
+    link = row.loc["train/beta/b_link.jpg"]
+    assert bool(link["admitted"]) and bool(link["is_link"])
+    assert row.at["train/beta/b_link.jpg", "sha256"] == row.at["train/alpha/a0.jpg", "sha256"]
+    assert not manifest.loc[~manifest["rel_path"].isin(
+        ["train/beta/b_link.jpg", "train/alpha/stolen.jpg", "train/alpha/passwd.jpg", "train/alpha/far"]),
+        "is_link"].any()
+    # Folder links inside the root (a cycle, a second name for beta) add no row: each real file is
+    # listed once, at its real path.
+    real_files = {f"train/alpha/a{i}.jpg" for i in range(3)} | {f"train/beta/b{i}.jpg" for i in range(3)}
+    assert set(manifest.loc[manifest["admitted"], "rel_path"]) == real_files | {"train/beta/b_link.jpg"}
+    assert len(manifest) == len(real_files) + 4 and manifest["rel_path"].is_unique
+    assert not manifest["rel_path"].str.contains("loop/|beta_again/").any()
+    assert {c["name"] for c in result.class_map["classes"]} == {"alpha", "beta"}

@@ -6,12 +6,14 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 from train_fixtures import build_run, run_cli
 
 from cropcop_utils import checkpoint as ckpt
 from cropcop_utils.distributed import DistEnv, barrier, gather, init_distributed
 from cropcop_utils.models import create_model
 from cropcop_utils.predict import PredictConfig, predict, score
+from cropcop_utils.trainer import parameters_sha256
 
 
 def test_without_torchrun_everything_is_one_process(monkeypatch):
@@ -22,6 +24,18 @@ def test_without_torchrun_everything_is_one_process(monkeypatch):
     payload = {"rows": [1, 2]}
     assert gather(payload, env) == [payload]
     assert barrier(env) is None
+
+
+def test_parameters_digest_sees_one_changed_weight_and_ignores_buffers():
+    torch.manual_seed(0)
+    model = create_model("test_resnet", 3)
+    before = parameters_sha256(model)
+    for buffer in model.buffers():  # batch-norm statistics are each rank's own after a forward
+        buffer.add_(1)
+    assert parameters_sha256(model) == before
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] += 1e-6
+    assert parameters_sha256(model) != before
 
 
 def test_a_rank_other_than_zero_is_not_main():
@@ -37,6 +51,12 @@ def test_two_process_ddp_on_gloo_completes_with_consistent_metrics(tmp_path):
     last = ckpt.load(ctx.run_dir / "training/reference/last.pt")
     assert summary["world_size"] == last["config"]["world_size"] == 2
     assert len(last["rng"]) == 2  # each rank's RNG streams are kept
+    # DDP kept the ranks in lockstep: both ended with bit-identical parameters, the ones rank 0 saved.
+    digests = last["rank_parameters_sha256"]
+    assert len(digests) == 2 and digests[0] == digests[1], digests
+    saved = create_model(last["arch"], last["num_classes"])
+    saved.load_state_dict(last["model"])
+    assert digests[0] == parameters_sha256(saved)
     steps = 30 // (8 * 2)  # 30 training rows, 8 per rank, 2 ranks
     assert last["progress"]["finished"] and last["progress"]["global_step"] == 2 * steps
     assert last["progress"]["images_seen"] == 2 * steps * 16

@@ -1,8 +1,8 @@
 """Chapter 6 (PTQ): declaration, calibration rows, gate and selection, the PT2E flow, the chapter itself.
 
 The chapter test builds a tiny registered run folder in the contract's schemas (a 3-class corpus of
-32 px JPEGs, a frozen split that ``split.load_frozen`` accepts, an untrained ``test_efficientnet`` as
-the compact checkpoint with its float prediction records) and runs :func:`quant.run_chapter` on it.
+32 px JPEGs, a frozen split that ``split.load_frozen`` accepts, a ``test_efficientnet`` trained for a few
+steps as the compact checkpoint with its float prediction records) and runs :func:`quant.run_chapter` on it.
 ``test_runtime`` reuses the same run folder (``ptq_run``) for chapter 7.
 """
 
@@ -19,7 +19,9 @@ import torch
 from PIL import Image
 
 from cropcop_utils import checkpoint, config, evidence, locked_test, predict, quant, split, taxonomy
+from cropcop_utils.data import EvalImages
 from cropcop_utils.evidence import Chapter
+from cropcop_utils.imaging import ImageSpec
 
 ARCH = "test_efficientnet"
 SIZE = 32
@@ -31,7 +33,8 @@ OVERRIDES = {
         {"name": "dynamic_pc", "activations": "dynamic", "per_channel": True, "calibration_rows": 0},
         {"name": "static_pc_full", "activations": "static", "per_channel": True, "calibration_rows": 100},
         {"name": "static_pc_half", "activations": "static", "per_channel": True, "calibration_rows": 8}],
-        "batch_size": 8, "max_batch": 16, "bootstrap": 50},
+        # max_batch above 16: the lowering's batch >= 16 guard (runtime.lower) is exercised at the bound
+        "batch_size": 8, "max_batch": 24, "bootstrap": 50},
     "runtime": {"batch_size": 8, "latency_warmup": 1, "latency_runs": 3},
 }
 
@@ -52,6 +55,32 @@ def _jpeg(path: Path, colour: np.ndarray, rng: np.random.Generator) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pixels = np.clip(colour + rng.normal(0, 25, (SIZE, SIZE, 3)), 0, 255).astype(np.uint8)
     Image.fromarray(pixels).save(path, "JPEG", quality=90)
+
+
+TRAIN_STEPS = 60  # full-batch AdamW steps: enough for this colour-coded task to be learned, in seconds
+
+
+def train_briefly(model: torch.nn.Module, rows: pd.DataFrame, corpus: Path, spec: ImageSpec) -> None:
+    """A few full-batch AdamW steps on the training images (loading contract); leaves the model in eval."""
+    images = torch.stack([image for image, _ in EvalImages(rows, corpus, spec)])
+    labels = torch.as_tensor(rows["label"].to_numpy().copy(), dtype=torch.long)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(TRAIN_STEPS):
+        optimiser.zero_grad()
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        optimiser.step()
+    # Batch-norm statistics after so few steps still lean on their initial values: set them to the
+    # training set's own (cumulative average over one pass), so eval mode decides as training did.
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None
+    with torch.no_grad():
+        model(images)
+    for norm in norms:
+        norm.momentum = 0.1
+    model.eval()
 
 
 def build_tiny_run(base: Path, overrides: dict | None = None) -> TinyRun:
@@ -93,11 +122,14 @@ def build_tiny_run(base: Path, overrides: dict | None = None) -> TinyRun:
     fingerprints = {r: evidence.sha256_file(run_dir / r) for r in split.FROZEN_FILES}
     split_ch.finish(figures={}, fingerprints=fingerprints)
 
-    # The compact model: untrained (the chain's mechanics are under test, not its accuracy).
+    # The compact model, trained for a few steps: the chain's mechanics are under test, not its accuracy,
+    # but the .pte-vs-graph proof (test_runtime) needs logits with a real spread and real decisions.
     torch.manual_seed(0)
     from cropcop_utils.models import create_model
 
-    model = create_model(ARCH, len(CLASSES)).eval()
+    model = create_model(ARCH, len(CLASSES))
+    spec = ImageSpec.from_section(ctx.section("image"))
+    train_briefly(model, frame[frame["split"] == "train"], corpus, spec)
     train_ch = Chapter(run_dir, "training")
     sha = checkpoint.save(run_dir / quant.CHECKPOINT, {"model": model.state_dict(), "arch": ARCH,
                                                        "num_classes": len(CLASSES), "image_size": SIZE})
@@ -178,6 +210,29 @@ def test_gate_boundaries_pass_and_fail():
     assert not passed and "macro-F1 drop" in why
     passed, why = gate.verdict(0.0, 0.9799)
     assert not passed and "agreement" in why and "macro-F1" not in why
+
+
+def test_the_gate_boundary_holds_through_the_real_subtraction():
+    # Validation macro-F1 0.87 -> 0.86 is a drop of exactly 1 point, but 0.87 - 0.86 is
+    # 0.010000000000000009 in floating point: compared raw, a 1-point gate would fail it.
+    gate = quant.Gate(max_macro_f1_drop=0.01, min_agreement=0.98)
+    on_boundary = quant.macro_f1_drop(0.87, 0.86)
+    assert on_boundary > 0.01  # the float noise this test is about
+    just_past = quant.macro_f1_drop(0.87, 0.86 - 1e-6)  # 1e-4 points past the limit
+    table = quant.apply_gate(_table([("on", 0, 0, on_boundary, 0.99), ("past", 1, 0, just_past, 0.99)]), gate)
+    verdicts = table.set_index("candidate")
+    assert bool(verdicts.at["on", "passed"]) and "1.00 pt ≤ 1.00 pt" in verdicts.at["on", "verdict"]
+    assert not bool(verdicts.at["past", "passed"]) and "macro-F1 drop" in verdicts.at["past", "verdict"]
+    # Agreement is computed from predictions too, and sits on its floor the same way.
+    agree = quant.agreement([1] * 49 + [0], [1] * 50)
+    assert gate.verdict(on_boundary, agree)[0]
+    assert not gate.verdict(on_boundary, quant.agreement([1] * 48 + [0, 0], [1] * 50))[0]
+    # The precision is declared: it is part of the gate's record and of the declaration's fingerprint.
+    assert quant.Gate(0.01, 0.98).points_decimals == quant.GATE_DECIMALS == 9
+    coarse = quant.declaration([], quant.Gate(0.01, 0.98, points_decimals=2), 30, 0, 16)
+    assert coarse["gate"]["points_decimals"] == 2
+    assert coarse["fingerprint"] != quant.declaration([], gate, 30, 0, 16)["fingerprint"]
+    assert quant.gate_points(on_boundary) == quant.gate_points(0.01) == 1.0
 
 
 # --------------------------------------------------------------------------- selection
@@ -413,3 +468,4 @@ def test_notebook_runs_headless(smoke_book):
     assert evidence.verify_artifact(run_dir, quant.SELECTED) == record["selected_graph"]["sha256"]
     text = (smoke_book["book_root"] / "book" / "06_ptq.ipynb").read_text()
     assert "Traceback" not in text and "Selected:" in text
+    assert f"rounded to {record['gate']['points_decimals']} decimals" in text  # the precision, from JSON
