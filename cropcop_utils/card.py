@@ -63,7 +63,19 @@ def _num(value: Any, digits: int = 2) -> str:
     return f"{float(value):.{digits}f}"
 
 
-FORMATS = {"pct": _pct, "ci": _ci, "num": _num}
+def _share(block: dict[str, Any], name: str, digits: int = 1) -> str:
+    """A share of chapter 11's deployment block: ``value [lo, hi]`` in percent, or ``n/a (reason)``."""
+    value, interval = block.get(name), block.get(f"{name}_ci")
+    if value is None:
+        reason = (block.get("reasons") or {}).get(name)
+        return f"n/a ({reason})" if reason else "n/a"
+    text = _pct(value, digits)
+    if interval and interval[0] is not None:
+        text += f" [{_pct(interval[0], digits)}, {_pct(interval[1], digits)}]"
+    return text
+
+
+FORMATS = {"pct": _pct, "ci": _ci, "num": _num, "share": _share}
 
 
 def collect(run_dir: str | os.PathLike) -> dict[str, Any]:

@@ -328,3 +328,14 @@ def test_card_snippet_runs_the_smoke_pte(smoke_book):
     ]
     assert name == classes[int(logits.argmax())]
     assert probability == pytest.approx(float(torch.softmax(logits, -1).max()), abs=1e-4)
+
+
+def test_a_null_deployment_share_is_printed_with_its_reason(tmp_path):
+    records = fixed_records()
+    lab = records["abstention/abstention.json"]["deployment"]["lab_test"]
+    lab.update(selective_risk=None, selective_risk_ci=[None, None],
+               reasons={"selective_risk": "no test image was accepted"})
+    write_run(tmp_path, records)
+    text = card.render(card.collect(tmp_path))
+    assert "selective risk n/a (no test image was accepted)" in text
+    assert "43.5 % [34.0 %, 53.0 %]" in text
