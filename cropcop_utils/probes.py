@@ -62,6 +62,7 @@ META_CATEGORICAL = ("exif_make", "exif_model", "format", "mode")
 META_NUMERIC = ("bytes", "width", "height")
 MISSING = "<none>"
 ENTRY_KEYS = ("value", "ci_low", "ci_high", "chance", "majority")
+FROZEN_PROBES = {"frozen": "frozen_linear", "handcrafted": "frozen_handcrafted"}  # representation -> probe
 FEATURES_VERSION = 2  # bump when a feature definition changes: old caches then no longer match
 
 DEFAULTS: dict[str, Any] = {
@@ -400,6 +401,10 @@ def representations(params: dict[str, Any], frozen_x: np.ndarray, pixel: dict[st
     reps = {"frozen": {"x": frozen_x, "classifier": "logistic", "categorical": (),
                        "params": {**params, "forest_min_leaf": 1},
                        "description": f"frozen representation: {frozen_name}"}}
+    if frozen_name != feat.HANDCRAFTED:
+        # The pretrained features' baseline on the same rows: what the network adds over colour + texture.
+        reps["handcrafted"] = {**reps["frozen"], "x": pixel["handcrafted"],
+                               "description": f"baseline representation: {feat.HANDCRAFTED}"}
     for name in CUE_SETS:
         leaf = per_cue(params["forest_min_leaf"], name, 1)
         reps[name] = {"x": meta if name == "metadata" else pixel[name],
@@ -559,8 +564,9 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
             args = (rep["classifier"], rep["params"], rep["categorical"])
             tick = time.perf_counter()
             scored = class_probe(rep["x"], y, split, n_classes, *args)
-            class_probes["frozen_linear" if name == "frozen" else f"cue_{name}"] = {
-                "kind": "frozen" if name == "frozen" else "cue", **about, **scored,
+            frozen_kind = name in ("frozen", "handcrafted")
+            class_probes[FROZEN_PROBES.get(name, f"cue_{name}")] = {
+                "kind": "frozen" if frozen_kind else "cue", **about, **scored,
                 "seconds": round(time.perf_counter() - tick, 2)}
             tick = time.perf_counter()
             member = membership_probe(rep["x"], split, groups, *args, labels=y)

@@ -296,9 +296,12 @@ def test_chapter_record_and_evidence(chapter_run):
     text = probes.describe_backbone(backbone)
     assert "EfficientNet-Lite, ImageNet-1k supervised" in text and backbone["weights_sha256"] in text
     assert "DINOv3" not in text
-    assert set(figures["class_probes"]) == {"frozen_linear", "cue_metadata", "cue_thumbnail", "cue_border",
-                                            "cue_corners"}
-    assert set(figures["membership"]) == {f"membership_{n}" for n in ("frozen", *probes.CUE_SETS)}
+    assert set(figures["class_probes"]) == {"frozen_linear", "frozen_handcrafted", "cue_metadata",
+                                            "cue_thumbnail", "cue_border", "cue_corners"}
+    assert figures["class_probes"]["frozen_handcrafted"]["kind"] == "frozen"
+    assert features.HANDCRAFTED in figures["class_probes"]["frozen_handcrafted"]["description"]
+    reps = ("frozen", "handcrafted", *probes.CUE_SETS)
+    assert set(figures["membership"]) == {f"membership_{n}" for n in reps}
     for probe in figures["class_probes"].values():
         for name in ("val", "test"):
             for metric in probes.CLASS_METRICS:
