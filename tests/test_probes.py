@@ -354,7 +354,8 @@ def test_plot_probe_summary(chapter_run):
     fig = probes.plot_probe_summary(summary)
     try:
         left, right = fig.axes
-        assert len(left.get_yticklabels()) == 5 and len(right.get_yticklabels()) == 5
+        # frozen network + its hand-crafted baseline + four cues, on both sides
+        assert len(left.get_yticklabels()) == 6 and len(right.get_yticklabels()) == 6
         assert any(line.get_xdata()[0] == pytest.approx(0.5) for line in right.get_lines())
     finally:
         plt.close(fig)
