@@ -151,3 +151,17 @@ def test_profiles_resolve_and_bad_training_sections_are_refused():
         train.resolve_config({"reference": {"arch": "resnet10t", "distill": {"enabled": True}}}, "reference")
     with pytest.raises(train.TrainingConfigError, match="imbalance"):
         train.resolve_config({"imbalance": "oversample", "compact": {"arch": "resnet10t"}}, "compact")
+
+
+def test_the_text_names_pretrained_weights_only_where_they_were_used():
+    def model(pretrained: bool) -> dict:
+        start = ({"pretrained": True, "sha256": "ab" * 32, "description": "EfficientNet-Lite, ImageNet-1k "
+                  "supervised weights of efficientnet_lite1"} if pretrained else
+                 {"pretrained": False, "sha256": None, "description": "random initialisation"})
+        return {"pretrained": start, "arch": "a", "num_classes": 3, "params": 10, "image_size": 128,
+                "teacher": None}
+
+    record = {"models": {"reference": model(True), "compact": model(False)}}
+    text = train.describe_starts(record)
+    assert "Fine-tuned from pretrained weights:** reference" in text and "scratch:** compact" in text
+    assert "ab" * 32 in train.describe_models(record)
