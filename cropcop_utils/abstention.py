@@ -365,10 +365,15 @@ def int8_val_path(ch: Chapter) -> str:
 
 
 def field_inputs(ch: Chapter, n_classes: int) -> dict[str, Any] | None:
-    """Chapter 10's cohort and per-state field predictions, or None when the run has no field chapter."""
-    if FIELD_RECORD not in read_registry(ch.run_dir):
+    """Chapter 10's cohort and per-state field predictions, or None when the run has no field cohort
+    (no chapter 10, or a chapter 10 that recorded ``status: no_field_cohort``, or an empty cohort)."""
+    registry = read_registry(ch.run_dir)
+    if FIELD_RECORD not in registry:
         return None
-    ch.read_json(FIELD_RECORD)
+    record = ch.read_json(FIELD_RECORD)
+    scored = [f"field/predictions_{state}.parquet" for state in STATE_NAMES]
+    if record.get("status") != "measured" or not all(path in registry for path in scored):
+        return None
     cohort = ch.read_parquet("field/cohort.parquet").sort_values("row_id").reset_index(drop=True)
     logits = {}
     for state in STATE_NAMES:

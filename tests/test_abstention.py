@@ -179,12 +179,19 @@ def write_field_fixture(run_dir, n_classes: int = 3) -> pd.DataFrame:
     for state in STATE_NAMES:
         ch.write_parquet(f"field/predictions_{state}.parquet",
                          records_from_logits(cohort["row_id"], cohort["label"], logits, "b" * 64))
-    ch.finish(figures={})
+    ch.finish(figures={}, status="measured")
     return cohort
 
 
 def test_field_inputs_are_absent_without_a_field_chapter(tmp_path):
     assert ab.field_inputs(Chapter(tmp_path, "abstention"), 3) is None
+
+
+def test_field_inputs_are_absent_when_chapter_10_had_no_cohort(tmp_path):
+    # a real corpus without --field: chapter 10 runs its lab-side parts and records why nothing else
+    Chapter(tmp_path, "field").finish(figures={}, status="no_field_cohort", reason="no --field given")
+    ch = Chapter(tmp_path, "abstention")
+    assert ab.field_inputs(ch, 3) is None and "field/field.json" in ch.inputs
 
 
 def test_field_path_on_a_fixture(tmp_path):
@@ -260,7 +267,9 @@ def test_chapter_runs_headless_and_writes_the_recipe(smoke_chapter):
     recipe = record["deployment"]
     assert recipe["state"] == "pte" and set(pte_val["model_state"]) == {recipe["model_state"]}
     assert recipe["model_state"] == record["figures"]["states"]["pte"]["model_state"]
-    assert recipe["field"] is None and record["figures"]["field_note"]
+    # the synthetic corpus brings its field cohort: chapter 10 scored it, and the recipe reports it
+    cohort = pd.read_parquet(ctx.run_dir / "field/cohort.parquet")
+    assert recipe["field"]["n"] == len(cohort) > 0 and record["figures"]["field_given"]
     assert recipe["out_of_scope"]["n"] == sum(record["figures"]["out_of_scope_sources"].values())
     assert all(s["temperature"] > 0 for s in record["figures"]["states"].values())
     cells = json.loads(notebook.read_text())["cells"]
