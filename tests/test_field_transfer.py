@@ -173,3 +173,11 @@ def test_field_params_refuse_a_batch_the_int8_graph_cannot_take(tmp_path):
         transfer.field_params(ctx, batch_size=ctx.section("ptq")["max_batch"] + 1)
     with pytest.raises(transfer.FieldConfigError, match="occlusion_cells"):
         transfer.field_params(ctx, occlusion_cells=["lab_plain", "moon"])
+
+
+def test_source_labels_that_name_the_lab_class_are_direct_and_the_rest_by_symptom():
+    from cropcop_utils.field.scores import labels_directly
+
+    assert labels_directly("scab", "Apple_scab") and labels_directly("healthy", "Tomato___healthy")
+    assert labels_directly("Apple_rust", "Apple_rust")
+    assert not labels_directly("frog_eye_leaf_spot", "Apple_Black_rot")

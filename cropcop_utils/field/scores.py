@@ -10,6 +10,7 @@ import pandas as pd
 from .. import metrics, state_models
 from ..evidence import Chapter, FingerprintMismatch
 from ..model_states import STATES
+from ..taxonomy import TaxonomyError, slug, split_name
 from . import composites as comp
 from .stats import interval_record, mean_with_interval, resampled_means
 
@@ -58,6 +59,17 @@ def lab_test_records(ch: Chapter, states: dict[str, state_models.LoadedState]) -
     return records
 
 
+def labels_directly(source_label: str, class_name: str) -> bool:
+    """Whether a source label names the lab class itself (``scab`` for ``Apple_scab``) rather than a
+    condition filed under it by symptom (``frog_eye_leaf_spot`` under ``Apple_Black_rot``)."""
+    if slug(str(source_label)) == slug(class_name):
+        return True
+    try:
+        return slug(str(source_label)) == split_name(class_name)[1]
+    except TaxonomyError:
+        return False
+
+
 def field_results(
     record: pd.DataFrame, cohort: pd.DataFrame, class_names: list[str], params: dict[str, Any]
 ) -> dict[str, Any]:
@@ -65,7 +77,8 @@ def field_results(
     rows = cohort.set_index("row_id").loc[record["row_id"]]
     y, pred = record["label"].to_numpy(), record["pred"].to_numpy()
     out = classification(y, pred, class_names, params)
-    direct = (rows["source_label"] == rows["class_name"]).to_numpy()
+    direct = np.array([labels_directly(source, name)
+                       for source, name in zip(rows["source_label"], rows["class_name"], strict=True)])
     out["direct_labels"] = classification(y[direct], pred[direct], class_names, params, per_class=False)
     out["by_source_label"] = {}
     mapped = rows[~direct]
