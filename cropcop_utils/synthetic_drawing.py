@@ -527,14 +527,7 @@ def render_with_mask(seed: int, image_px: int, class_name: str, source: str, uid
     # A re-shot keeps the backdrop's layout (same bench, same spot) but not its noise or lighting.
     bg = _background(pose_rng, src, size)
 
-    # One affine resample for rotation + scale + shift (PIL wants the output-to-input mapping).
-    c, s = math.cos(angle) / scale, math.sin(angle) / scale
-    ox, oy = size / 2 + shift[0], size / 2 + shift[1]
-    coeffs = (c, s, size / 2 - c * ox - s * oy, -s, c, size / 2 + s * ox - c * oy)
-    layer.putalpha(alpha)
-    # Bilinear is enough: the canvas is downsampled 2x with a Lanczos filter afterwards.
-    placed = layer.transform((size, size), Image.Transform.AFFINE, coeffs, Image.Resampling.BILINEAR)
-    alpha_t = placed.getchannel("A")
+    placed, alpha_t = place_subject(layer, alpha, angle, scale, shift, size)
     if src.shadow > 0:
         # The subject's own silhouette, shifted down-right and blurred: light from the top left.
         off = max(1, round(0.025 * size))
@@ -547,6 +540,21 @@ def render_with_mask(seed: int, image_px: int, class_name: str, source: str, uid
     small = composed.resize((image_px, image_px), Image.Resampling.LANCZOS)
     image = _finish(shot_rng, src, small, float(shot_rng.uniform(0.95, 1.05)))
     return image, downsample_mask(alpha_t, image_px)
+
+
+def place_subject(layer: Image.Image, alpha: Image.Image, angle: float, scale: float, shift: np.ndarray,
+                  size: int) -> tuple[Image.Image, Image.Image]:
+    """The subject rotated, scaled and shifted on the canvas, and its alpha there.
+
+    One affine resample for all three (PIL wants the output-to-input mapping).  Bilinear is enough:
+    the canvas is downsampled 2x with a Lanczos filter afterwards.
+    """
+    c, s = math.cos(angle) / scale, math.sin(angle) / scale
+    ox, oy = size / 2 + shift[0], size / 2 + shift[1]
+    coeffs = (c, s, size / 2 - c * ox - s * oy, -s, c, size / 2 + s * ox - c * oy)
+    layer.putalpha(alpha)
+    placed = layer.transform((size, size), Image.Transform.AFFINE, coeffs, Image.Resampling.BILINEAR)
+    return placed, placed.getchannel("A")
 
 
 def downsample_mask(alpha: Image.Image, image_px: int) -> np.ndarray:

@@ -14,14 +14,13 @@ field cohort leaves the lab corpus byte-identical.
 from __future__ import annotations
 
 import io
-import math
 from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 from .evidence import sha256_bytes
-from .synthetic_drawing import _SS, _blob, _draw_subject, _smooth, downsample_mask
+from .synthetic_drawing import _SS, _blob, _draw_subject, _smooth, downsample_mask, place_subject
 from .synthetic_world import CLASS_BY_NAME, CLASSES
 
 FIELD_STREAM = 11  # rng stream id of field photos (the lab renderer uses 1, 2, 3)
@@ -77,12 +76,7 @@ def render_field(seed: int, image_px: int, class_name: str, k: int) -> tuple[Ima
     angle = rng.uniform(0, 2 * np.pi)
     scale = rng.uniform(0.38, 0.68)
     shift = rng.uniform(-0.24, 0.24, 2) * size
-    c, s = math.cos(angle) / scale, math.sin(angle) / scale
-    ox, oy = size / 2 + shift[0], size / 2 + shift[1]
-    coeffs = (c, s, size / 2 - c * ox - s * oy, -s, c, size / 2 + s * ox - c * oy)
-    layer.putalpha(alpha)
-    placed = layer.transform((size, size), Image.Transform.AFFINE, coeffs, Image.Resampling.BILINEAR)
-    alpha_t = placed.getchannel("A")
+    placed, alpha_t = place_subject(layer, alpha, angle, scale, shift, size)
     composed = Image.composite(placed.convert("RGB"), Image.fromarray(np.clip(bg, 0, 255).astype(np.uint8)),
                                alpha_t)
     arr = np.asarray(composed.resize((image_px, image_px), Image.Resampling.LANCZOS), dtype=np.float32)
