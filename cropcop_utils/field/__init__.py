@@ -4,8 +4,13 @@
   ``<lab class>/<images>`` (optional ``labels.csv`` and ``masks/``) under the corpus chapter's contract.
 * :mod:`.masks` — classical leaf masks for lab photographs (colour thresholds + morphology, refined by
   GrabCut) and mask IoU.
-* :mod:`.attribution` — Grad-CAM per model state and the off-leaf share of attribution mass.
-* :mod:`.composites` — background-swap composites (leaf pixels pasted on other backgrounds).
-* :mod:`.transfer` — the chapter's ``run_chapter``: zero-shot field results, the background-swap
-  benchmark and the model card.
+* :mod:`.attribution` — Grad-CAM on the float models, occlusion (captum) on every state, and the
+  off-leaf share of attribution mass.
+* :mod:`.composites` — background-swap composites (leaf pixels pasted on other backgrounds); :mod:`.bench`
+  builds the cells on disk (leaf sets, donors, the composites manifest).
+* :mod:`.scores` — each state's lab test record and its zero-shot field results (per class, per source
+  label); :mod:`.looks` — attribution measured over the cells; :mod:`.stats` — bootstrap intervals.
+* :mod:`.figures` and :mod:`.prose` — the chapter's plots and the sentences rendered from its record.
+* :mod:`.transfer` — the chapter's ``run_chapter``: it calls the modules above and writes ``field/``;
+  the model card itself is :mod:`cropcop_utils.card`.
 """
