@@ -3,8 +3,8 @@
 import numpy as np
 from PIL import Image
 
-from cropcop_utils.synthetic_drawing import render_upright
-from cropcop_utils.synthetic_world import CLASSES
+from cropcop_utils.synthetic.drawing import render_upright
+from cropcop_utils.synthetic.world import CLASSES
 
 
 def _coarse(image: Image.Image) -> np.ndarray:

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cropcop_utils import imaging, synthetic, synthetic_field
+from cropcop_utils import imaging, synthetic
 from cropcop_utils.config import open_run
 from cropcop_utils.evidence import sha256_file
 from cropcop_utils.field import cohort
+from cropcop_utils.synthetic import field as synthetic_field
 
 PARAMS = {"seed": 5, "image_px": 48, "largest_class": 12, "field_per_class": 4}
 

@@ -1,8 +1,8 @@
 """The world the embedded corpus depicts must be one the corpus chapter can read back from folder names."""
 
 from cropcop_utils import taxonomy
-from cropcop_utils.synthetic_drawing import PATTERNS
-from cropcop_utils.synthetic_world import CLASS_BY_NAME, CLASSES, CROPS, SOURCES
+from cropcop_utils.synthetic.drawing import PATTERNS
+from cropcop_utils.synthetic.world import CLASS_BY_NAME, CLASSES, CROPS, SOURCES
 
 
 def test_every_class_has_its_crop_source_and_painter():

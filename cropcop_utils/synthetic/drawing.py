@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from .synthetic_world import CLASS_BY_NAME, CROPS, SOURCES, ClassSpec, CropSpec, SourceSpec
+from .world import CLASS_BY_NAME, CROPS, SOURCES, ClassSpec, CropSpec, SourceSpec
 
 _SS = 2  # supersampling: draw at twice the size and downsample once, for anti-aliased edges
 

@@ -1,6 +1,6 @@
 """Field photographs of the embedded corpus's classes: the same leaves, drawn as an orchard photo is taken.
 
-What changes from the lab renderer (:mod:`cropcop_utils.synthetic_drawing`): the backdrop is cluttered
+What changes from the lab renderer (:mod:`cropcop_utils.synthetic.drawing`): the backdrop is cluttered
 (soil, foliage, sky and bark in patches, out-of-focus leaves, a branch, sometimes a hand), the light is
 uneven and coloured (dappled sun, exposure and white balance vary per photo), and the leaf is smaller
 and off-centre.  The leaf itself is drawn by the lab renderer's subject code, so a class's cues are the
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from .evidence import sha256_bytes
-from .synthetic_drawing import _SS, _blob, _draw_subject, _smooth, downsample_mask, place_subject
-from .synthetic_world import CLASS_BY_NAME, CLASSES
+from ..evidence import sha256_bytes
+from .drawing import _SS, _blob, _draw_subject, _smooth, downsample_mask, place_subject
+from .world import CLASS_BY_NAME, CLASSES
 
 FIELD_STREAM = 11  # rng stream id of field photos (the lab renderer uses 1, 2, 3)
 CAMERA = ("Google", "Pixel 7")

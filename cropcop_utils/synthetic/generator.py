@@ -7,8 +7,8 @@ families, label conflicts, broken files, EXIF-rotated files, a single-image clas
 The audit, split and probe chapters are tested against that truth.
 
 What is drawn (sources, crops, classes and their cues) is described in
-:mod:`cropcop_utils.synthetic_world`; each photograph is drawn by
-:func:`cropcop_utils.synthetic_drawing.render_upright`, seeded per image, so the same parameters give
+:mod:`cropcop_utils.synthetic.world`; each photograph is drawn by
+:func:`cropcop_utils.synthetic.drawing.render_upright`, seeded per image, so the same parameters give
 byte-identical files on any run.  This module plans the corpus, encodes and derives the files, and
 writes the truth.
 
@@ -32,7 +32,7 @@ bytes, sha256}], n_photos, n_broken}}.
 Chapter 10's data: ``masks/<class>/<stem>.png`` holds the true leaf mask of every loadable lab image,
 upright as the loading contract hands it over (near duplicates get their parent's mask under the same
 crop or resize), outside ``corpus/`` so the corpus scan is unchanged; ``field/`` is the field cohort
-(:mod:`cropcop_utils.synthetic_field`: ``synthetic.field_per_class`` photos per class, cluttered
+(:mod:`cropcop_utils.synthetic.field`: ``synthetic.field_per_class`` photos per class, cluttered
 backgrounds, the leaf's mask at ``field/masks/<class>/<stem>.png``).  Both come from their own
 random streams: the lab corpus's bytes do not depend on them.
 """
@@ -56,12 +56,12 @@ import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
 from tqdm import tqdm
 
-from .config import RunContext, progress_wanted
-from .evidence import atomic_write_json, sha256_bytes, sha256_json
-from .synthetic_drawing import render_upright as render_upright  # re-exported: the planted truth names it
-from .synthetic_drawing import render_with_mask
-from .synthetic_field import encode_mask, render_cohort
-from .synthetic_world import CLASS_BY_NAME, CLASSES, SOURCES
+from ..config import RunContext, progress_wanted
+from ..evidence import atomic_write_json, sha256_bytes, sha256_json
+from .drawing import render_upright as render_upright  # re-exported: the planted truth names it
+from .drawing import render_with_mask
+from .field import encode_mask, render_cohort
+from .world import CLASS_BY_NAME, CLASSES, SOURCES
 
 GENERATOR = "cropcop_utils.synthetic"
 GENERATOR_VERSION = "1.1.0"

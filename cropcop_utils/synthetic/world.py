@@ -1,7 +1,7 @@
 """The world the embedded corpus depicts: acquisition sources, crops and classes, with their planted cues.
 
 Kept apart from the generator (:mod:`cropcop_utils.synthetic`) and the renderer
-(:mod:`cropcop_utils.synthetic_drawing`) so that both read one description of what is being drawn.
+(:mod:`cropcop_utils.synthetic.drawing`) so that both read one description of what is being drawn.
 """
 
 from __future__ import annotations
