@@ -263,3 +263,25 @@ def test_notebook_runs_headless(smoke_book):
     assert record["test"]["rows"] == len(pd.read_parquet(run_dir / runtime.TEST_RECORD))
     text = (smoke_book["book_root"] / "book" / "07_runtime.ipynb").read_text()
     assert "Traceback" not in text and "rows decided differently" in text
+
+
+@pytest.mark.slow
+def test_every_default_candidate_lowers_to_a_pte_that_runs_the_default_compact_model():
+    # The default compact model is a TF-padded EfficientNet-Lite; XNNPACK could not run its dynamically
+    # quantised .pte at all (tomato run, chapter 7), so every declared default candidate must give a
+    # program that executes at batch 1 and above.
+    from cropcop_utils import config
+    from cropcop_utils.models import create_model
+
+    profile = config.load_profile("default")
+    arch = profile["training"]["compact"]["arch"]
+    model = create_model(arch, 3).eval()
+    example, max_batch = torch.zeros((2, 3, 64, 64)), 4
+    exported = quant.export_dynamic(model, example, max_batch)
+    calibration = [torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))]
+    for candidate in quant.parse_candidates(profile["ptq"]):
+        graph, _ = quant.quantise(exported, candidate, calibration, example)
+        data, _, _ = runtime.lower(quant.load_program(quant.serialise(graph, example, max_batch)))
+        forward = runtime.PteForward(data, evidence.sha256_bytes(data))
+        for batch in (1, 3):
+            assert forward(calibration[0][:batch]).shape == (batch, 3), (candidate.name, batch)
