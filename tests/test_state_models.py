@@ -22,6 +22,9 @@ def smoke_states(smoke_book, tmp_path_factory):
     return ctx, ch, state_models.load_states(ch, n_classes)
 
 
+LOGIT_STEPS = 16  # largest .pte - INT8 graph logit difference allowed, in output quantisation steps
+
+
 def test_reloaded_states_reproduce_their_recorded_validation_logits(smoke_states):
     ctx, ch, states = smoke_states
     split = pd.read_parquet(ctx.run_dir / "split" / "split.parquet")
@@ -38,11 +41,16 @@ def test_reloaded_states_reproduce_their_recorded_validation_logits(smoke_states
     graph_val = graph_val.set_index("row_id").loc[val["row_id"]].reset_index()
     assert (records["int8"]["pred"].to_numpy() == graph_val["pred"].to_numpy()).all()
     # The .pte runs the INT8 arithmetic through XNNPACK's kernels, whose rounding differs from the
-    # reference graph's: only near-ties may flip (the smoke model is barely trained, so there are many).
-    confident = records["int8"]["margin"].to_numpy() > 0.02
-    assert confident.sum() >= 10
-    pte_pred, int8_pred = records["pte"]["pred"].to_numpy(), records["int8"]["pred"].to_numpy()
-    assert (pte_pred[confident] == int8_pred[confident]).all()
+    # reference graph's by whole output steps (12 measured on the smoke model): bounded at 16 steps, so
+    # only rows whose top-2 logits are within 32 steps may flip (a wrong or corrupted .pte is off by
+    # hundreds).  The smoke model is barely trained: the decided rows must still be many.
+    int8_logits, pte_logits = logits_matrix(records["int8"]), logits_matrix(records["pte"])
+    step = float(np.diff(np.unique(int8_logits)).min())  # the output's quantisation step
+    assert float(np.abs(pte_logits - int8_logits).max()) <= LOGIT_STEPS * step * (1 + 1e-3)
+    top2 = np.sort(int8_logits, axis=1)[:, -2:]
+    decided = (top2[:, 1] - top2[:, 0]) > 2 * LOGIT_STEPS * step
+    assert decided.sum() >= 10
+    assert (pte_logits.argmax(1)[decided] == int8_logits.argmax(1)[decided]).all()
     runtime = json.loads((ctx.run_dir / "runtime" / "runtime.json").read_text())
     assert states["pte"].sha256 == runtime["outputs"]["runtime/model.pte"]
 
