@@ -302,7 +302,7 @@ def run_chapter(ctx: RunContext, progress: bool = True) -> dict[str, Any]:
         models=models,
         shipped_regime=shipped.name,
         regimes=trained,
-        attribution_penalty=penalty_decision(ctx, trained),
+        attribution_penalty=penalty_decision(ctx, ch, frozen, trained),
         selection="best epoch on validation macro-F1 (scikit-learn, classes with val rows); "
                   "raw or EMA weights, whichever scores higher",
         test_access=accesses[accesses["model_state"].isin(states)].to_dict("records"),
@@ -310,15 +310,46 @@ def run_chapter(ctx: RunContext, progress: bool = True) -> dict[str, Any]:
     )
 
 
-def penalty_decision(ctx: RunContext, trained: dict[str, Any]) -> dict[str, Any]:
-    """Whether the off-leaf attribution penalty ran; it is not implemented as a training loss, so the
-    record says so and, where the background-robust regime ran, what its training already cost."""
+def penalty_decision(ctx: RunContext, ch: Chapter, frozen: Any, trained: dict[str, Any]) -> dict[str, Any]:
+    """Whether the off-leaf attribution penalty runs, decided from its cost measured on this machine:
+    a plain and a penalised step of the background-robust compact model on one batch of train photos
+    with their leaf masks (:mod:`.attribution_penalty`)."""
+    import numpy as np
+    import torch
+
+    from . import attribution_penalty as penalty
+    from . import imaging
+    from . import robust_inputs as ri
+    from .models import create_model
+
     section = ctx.section("training").get("attribution_penalty") or {}
     robust = trained.get(BACKGROUND_ROBUST)
-    seconds = (None if robust is None else
-               sum(float(m["wall_seconds"] or 0.0) for m in robust["models"].values()))
-    return {"ran": False, "enabled_in_profile": bool(section.get("enabled", False)),
-            "robust_regime_wall_seconds": seconds}
+    if robust is None:
+        return penalty.decide(section, None, None)
+    config = resolve_config(ctx.section("training"), "compact")
+    regime = regime_named(ctx, BACKGROUND_ROBUST)
+    state = ckpt.load(model_dir(ctx.run_dir, "compact", regime) / "best.pt")
+    model = create_model(state["arch"], int(state["num_classes"]))
+    model.load_state_dict(state["model"])
+    spec = ImageSpec.from_section(ctx.section("image"))
+    rows = frozen.rows_for("train")
+    with np.load(ch.verify(ri.MASKS)) as cached:
+        side, packed = int(cached["side"]), cached["packed"]
+    take = np.random.default_rng(int(config["seed"])).permutation(len(rows))[: int(config["batch_size"])]
+    root = Path(ctx.corpus_root)
+    images = torch.stack([imaging.to_tensor(imaging.load_array(root / rows.iloc[i]["rel_path"], spec.size),
+                                            spec.mean, spec.std) for i in take])
+    masks = torch.as_tensor(np.stack([np.unpackbits(packed[i])[: side * side].reshape(side, side)
+                                      for i in take]))
+    labels = torch.as_tensor(rows.iloc[take]["label"].to_numpy(), dtype=torch.long)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(config.get("threads") or threads)))
+    try:
+        cost = penalty.measure_cost(model, images, labels, masks, float(section.get("weight", 1.0)))
+    finally:
+        torch.set_num_threads(threads)
+    seconds = sum(float(m["train_seconds"] or 0.0) for m in robust["models"].values())
+    return penalty.decide(section, cost, seconds)
 
 
 # --------------------------------------------------------------------------- book helpers
@@ -421,6 +452,53 @@ def describe_starts(record: dict[str, Any]) -> str:
     if scratch:
         text += f" **Trained from scratch:** {', '.join(scratch)}."
     return text
+
+
+def regime_table(record: dict[str, Any]) -> pd.DataFrame:
+    """Both models of every regime: validation and test macro-F1, wall time, where the files are."""
+    rows = []
+    for name, entry in (record.get("regimes") or {}).items():
+        for kind, m in entry["models"].items():
+            rows.append({"regime": name, "shipped": entry["shipped"], "model": kind,
+                         "folder": entry["folder"], "val macro-F1": m["val_macro_f1"],
+                         "test macro-F1": m["test_macro_f1"],
+                         "test accuracy": m["test_acc"], "wall seconds": m["wall_seconds"],
+                         "checkpoint SHA-256": m["checkpoint_sha256"][:12]})
+    return pd.DataFrame(rows)
+
+
+def describe_regimes(record: dict[str, Any]) -> str:
+    """Which regimes ran, which ships, and what the background-robust regime pasted on (from the record)."""
+    entries = record.get("regimes") or {}
+    names = ", ".join(f"`{n}`" for n in entries) or "`baseline`"
+    text = [f"Regimes trained: {names}; the shipped regime is **`{record.get('shipped_regime', BASELINE)}`** "
+            "(its files are on the chain's plain paths; the other regimes' files one folder deeper)."]
+    robust = (entries.get(BACKGROUND_ROBUST) or {}).get("background")
+    if robust:
+        pool, masks, p = robust["pool"], robust["masks"], robust["params"]
+        kinds = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in pool["per_kind"].items())
+        text.append(
+            f"The background-robust regime cut each train leaf out with its mask ({masks['usable']:,} of "
+            f"{masks['rows']:,} train photos have a usable mask; mean leaf share "
+            f"{masks['mean_leaf_share']:.2f}; masks SHA-256 `{masks['sha256'][:12]}…`) and pasted it, on "
+            f"{p['paste_p']:.0%} of samples, on one of {pool['n']} backgrounds ({kinds}; pool SHA-256 "
+            f"`{pool['sha256'][:12]}…`), the leaf scaled to {p['leaf_scale'][0]:g}–{p['leaf_scale'][1]:g} of "
+            f"its lab size, then changed light ({p['light'][0]:g}–{p['light'][1]:g}), white balance "
+            f"(±{p['white_balance']:g} per channel), gamma and focus on {p['photometric_p']:.0%} of pasted "
+            f"samples. Pool sources: {pool['sources']}.")
+    return "\n\n".join(text)
+
+
+def describe_penalty(record: dict[str, Any]) -> str:
+    """One sentence on the attribution penalty: whether it ran and why, from its measured cost."""
+    decision = record.get("attribution_penalty") or {}
+    if not decision:
+        return "The off-leaf attribution penalty was not considered in this run."
+    status = "ran" if decision.get("ran") else "was **not run**"
+    cost = decision.get("cost") or {}
+    timing = (f" (plain step {cost['plain_step_s']:.2f} s, penalised step {cost['penalised_step_s']:.2f} s)"
+              if cost.get("plain_step_s") else "")
+    return f"The off-leaf attribution penalty {status}: {decision['reason']}{timing}."
 
 
 # --------------------------------------------------------------------------- command line

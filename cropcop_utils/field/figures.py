@@ -260,3 +260,69 @@ def save_figures(
         paths[name] = f"field/{name}.png"
         ch.save_figure(fig, paths[name], dpi=110)
     return paths
+
+
+def change_rows(comparison: dict[str, Any]) -> pd.DataFrame:
+    """One row per regime, state and measure: the change against the baseline with its interval."""
+    rows = []
+    for regime, entry in comparison.items():
+        for state, measures in entry["states"].items():
+            found: list[tuple[str, dict[str, Any] | None]] = [
+                ("lab test macro-F1", measures["lab_test"]["macro_f1"]),
+                ("field accuracy", (measures["field"] or {}).get("accuracy")),
+                ("field macro-F1", (measures["field"] or {}).get("macro_f1")),
+                *((f"cell {cell} accuracy", value) for cell, value in measures["cells"].items()),
+                ("background share of the gap", measures["background_share"]),
+                *(
+                    (f"off-leaf {method} ({cell})", value)
+                    for method, cells in measures["off_leaf"].items()
+                    for cell, value in cells.items()
+                ),
+            ]
+            for measure, value in found:
+                if value is None:
+                    continue
+                rows.append(
+                    {
+                        "regime": regime,
+                        "state": state,
+                        "measure": measure,
+                        "baseline": value.get("baseline"),
+                        "regime_value": value.get("regime"),
+                        "change": value.get("value"),
+                        "lo": value.get("lo"),
+                        "hi": value.get("hi"),
+                        "n": value.get("n"),
+                        "reason": value.get("reason"),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def plot_regime_changes(table: pd.DataFrame, states: Sequence[str] = ("compact", "pte")) -> Figure:
+    """Regime minus baseline per measure, for the float compact model and the .pte (95 % intervals)."""
+    measures = list(dict.fromkeys(table["measure"]))
+    fig = Figure(figsize=(8.0, 0.32 * len(measures) + 1.4))
+    ax = fig.subplots()
+    for offset, state in zip((-0.15, 0.15), states, strict=True):
+        part = table[(table["state"] == state) & table["change"].notna()]
+        y = np.array([measures.index(m) for m in part["measure"]]) + offset
+        change = part["change"].to_numpy(float)
+        lo = part["lo"].fillna(part["change"]).to_numpy(float)
+        hi = part["hi"].fillna(part["change"]).to_numpy(float)
+        ax.errorbar(change, y, xerr=[change - lo, hi - change], fmt="o", capsize=2, label=STATE_LABELS[state])
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_yticks(range(len(measures)), measures, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("change against the baseline regime (same rows; paired 95 % interval)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def save_regime_figure(ch: Chapter, comparison: dict[str, Any]) -> dict[str, str]:
+    """The change table (parquet) and its figure; returns their paths."""
+    table = change_rows(comparison)
+    ch.write_parquet("field/regime_changes.parquet", table)
+    ch.save_figure(plot_regime_changes(table), "field/regime_changes.png", dpi=110)
+    return {"table": "field/regime_changes.parquet", "figure": "field/regime_changes.png"}
