@@ -35,12 +35,18 @@ def off_leaf_share(
     return logits, (cam * (1 - leaf)).sum((1, 2)) / (cam.sum((1, 2)) + 1e-6)
 
 
-def _timed_steps(step: Any, steps: int) -> float:
-    step()  # warm-up: allocator and kernel selection are not the step's cost
+def _timed(step: Any) -> float:
     start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps
+    step()
+    return time.perf_counter() - start
+
+
+def _median_times(plain: Any, penalised: Any, steps: int) -> tuple[float, float]:
+    """Median seconds of each step, the two interleaved (a shared CPU's load then hits both alike)."""
+    plain()  # warm-up: allocator and kernel selection are not the step's cost
+    penalised()
+    times = [(_timed(plain), _timed(penalised)) for _ in range(steps)]
+    return float(np.median([t[0] for t in times])), float(np.median([t[1] for t in times]))
 
 
 def measure_cost(
@@ -49,7 +55,7 @@ def measure_cost(
     labels: torch.Tensor,
     masks: torch.Tensor,
     weight: float,
-    steps: int = 2,
+    steps: int = 3,
 ) -> dict[str, Any]:
     """Seconds per plain and per penalised step (SGD on a copy's gradients; the weights are not kept)."""
     model.train()
@@ -69,8 +75,7 @@ def measure_cost(
 
     state = {k: v.clone() for k, v in model.state_dict().items()}
     try:
-        plain_s = _timed_steps(plain, steps)
-        penalised_s = _timed_steps(penalised, steps)
+        plain_s, penalised_s = _median_times(plain, penalised, steps)
     finally:
         model.load_state_dict(state)
         model.zero_grad(set_to_none=True)
@@ -100,7 +105,7 @@ def decide(
         }
     ratio = float(cost["cost_ratio"])
     fits = ratio <= budget
-    extra = None if train_seconds is None else train_seconds * (ratio - 1.0)
+    extra = None if train_seconds is None else train_seconds * max(0.0, ratio - 1.0)
     if not fits:
         reason = (
             f"a penalised step cost {ratio:.2f}x a plain step on this machine (measured on a batch of "
