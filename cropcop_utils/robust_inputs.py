@@ -44,7 +44,7 @@ def train_masks(ch: Chapter, rows: pd.DataFrame, squares: Any) -> tuple[list[np.
     """Leaf masks of the train rows (row order), loaded when the registered file matches, else made."""
     from .field.masks import leaf_mask
 
-    ids = rows["row_id"].astype(str).to_numpy()
+    ids = np.asarray(rows["row_id"].astype(str).tolist(), dtype=str)  # unicode, not object: no pickle
     side = int(squares.size)
     if _reusable(ch, MASKS):
         with np.load(ch.verify(MASKS)) as cached:

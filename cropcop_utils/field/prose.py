@@ -113,10 +113,14 @@ def swap_table(facts: dict[str, Any]) -> pd.DataFrame:
 
 
 def _change(entry: dict[str, Any] | None) -> str:
-    """``regime vs baseline: change [lo, hi]`` in points, or ``n/a (reason)``."""
+    """``regime against baseline, change ±x.x points [lo, hi]``, or ``n/a (reason)``."""
     if not entry or entry.get("value") is None:
         return _ci(entry)
-    return f"{_pct(entry['regime'])} against {_pct(entry['baseline'])}, change {_ci(entry)}"
+    text = f"{_pct(entry['regime'])} against {_pct(entry['baseline'])}, "
+    text += f"change {100 * entry['value']:+.1f} points"
+    if entry.get("lo") is not None:
+        text += f" [{100 * entry['lo']:+.1f}, {100 * entry['hi']:+.1f}]"
+    return text
 
 
 def regime_text(facts: dict[str, Any]) -> str:
