@@ -341,7 +341,7 @@ def penalty_decision(ctx: RunContext, ch: Chapter, frozen: Any, trained: dict[st
                                             spec.mean, spec.std) for i in take])
     masks = torch.as_tensor(np.stack([np.unpackbits(packed[i])[: side * side].reshape(side, side)
                                       for i in take]))
-    labels = torch.as_tensor(rows.iloc[take]["label"].to_numpy(), dtype=torch.long)
+    labels = torch.tensor(rows.iloc[take]["label"].to_numpy(), dtype=torch.long)
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, int(config.get("threads") or threads)))
     try:

@@ -320,9 +320,39 @@ def plot_regime_changes(table: pd.DataFrame, states: Sequence[str] = ("compact",
     return fig
 
 
-def save_regime_figure(ch: Chapter, comparison: dict[str, Any]) -> dict[str, str]:
-    """The change table (parquet) and its figure; returns their paths."""
+def paired_heatmaps(
+    galleries: dict[str, list[dict[str, Any]]],
+    method: str = "gradcam",
+    state: str = "compact",
+    pairs: int = 8,
+) -> list[dict[str, Any]]:
+    """The same images under each regime, side by side: gallery items of one method and state, matched
+    by the row their prediction is recorded under, alternating regimes."""
+    names = list(galleries)
+    chosen = {
+        name: {(g["cell"], g["key"]): g for g in items if g["method"] == method and g["state"] == state}
+        for name, items in galleries.items()
+    }
+    common = [k for k in chosen[names[0]] if all(k in chosen[n] for n in names[1:])][:pairs]
+    out = []
+    for key in common:
+        for name in names:
+            g = chosen[name][key]
+            mass = "n/a" if np.isnan(g["off_leaf"]) else f"{g['off_leaf']:.2f}"
+            out.append({**g, "title": f"{name} · {g['cell']}\n{method} {state}, off-leaf {mass}"})
+    return out
+
+
+def save_regime_figure(
+    ch: Chapter, comparison: dict[str, Any], galleries: dict[str, list[dict[str, Any]]] | None = None
+) -> dict[str, str]:
+    """The change table (parquet), its figure and the paired heat maps; returns their paths."""
     table = change_rows(comparison)
     ch.write_parquet("field/regime_changes.parquet", table)
     ch.save_figure(plot_regime_changes(table), "field/regime_changes.png", dpi=110)
-    return {"table": "field/regime_changes.parquet", "figure": "field/regime_changes.png"}
+    paths = {"table": "field/regime_changes.parquet", "figure": "field/regime_changes.png"}
+    items = paired_heatmaps(galleries or {}) if galleries and len(galleries) > 1 else []
+    if items:
+        ch.save_figure(heatmap_gallery(items), "field/regime_heatmaps.png", dpi=110)
+        paths["heatmaps"] = "field/regime_heatmaps.png"
+    return paths
