@@ -40,6 +40,18 @@ def _reusable(ch: Chapter, rel_path: str) -> bool:
     return rel_path in read_registry(ch.run_dir) and ch.path(rel_path).exists()
 
 
+def wait_for(run_dir: Any, rel_path: str, timeout_s: float = 1800.0, poll_s: float = 1.0) -> None:
+    """Block until ``rel_path`` is registered (another process is writing it); a clear error on timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while rel_path not in read_registry(run_dir):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{rel_path} was not registered in {run_dir} within {timeout_s:.0f} s; "
+                               "rank 0 prepares the background-robust regime's inputs")
+        time.sleep(poll_s)
+
+
 def train_masks(ch: Chapter, rows: pd.DataFrame, squares: Any) -> tuple[list[np.ndarray], str]:
     """Leaf masks of the train rows (row order), loaded when the registered file matches, else made."""
     from .field.masks import leaf_mask

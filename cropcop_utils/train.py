@@ -137,9 +137,12 @@ def robust_inputs(ctx: RunContext, frozen: Any, config: dict[str, Any],
     squares = SquareCache(row_paths(rows, ctx.corpus_root), ImageSpec.from_section(ctx.section("image")).size)
     squares.fill(progress=progress, desc="decode (masks)")
     ch = Chapter(ctx.run_dir, FOLDER)
+    main = int(os.environ.get("RANK", "0")) == 0
+    if not main:  # under torchrun rank 0 writes the masks and the pool; the others read them
+        ri.wait_for(ctx.run_dir, ri.POOL)
     inputs = ri.prepare(ch, rows, squares, ctx.section("training").get("background_robust") or {})
-    inputs.record["examples"] = {"path": ri.EXAMPLES,
-                                 "sha256": ri.save_examples(ch, inputs, squares, int(config["seed"]))}
+    inputs.record["examples"] = {"path": ri.EXAMPLES, "sha256": ri.save_examples(
+        ch, inputs, squares, int(config["seed"])) if main else None}
     inputs.record["inputs"], inputs.record["outputs"] = dict(ch.inputs), dict(ch.outputs)
     return inputs
 

@@ -346,13 +346,14 @@ def paired_heatmaps(
 def save_regime_figure(
     ch: Chapter, comparison: dict[str, Any], galleries: dict[str, list[dict[str, Any]]] | None = None
 ) -> dict[str, str]:
-    """The change table (parquet), its figure and the paired heat maps; returns their paths."""
+    """The change table (``field/regime_changes.parquet``), its figure and the paired heat maps;
+    returns the figures' name → path (the chapter's ``plots``)."""
     table = change_rows(comparison)
     ch.write_parquet("field/regime_changes.parquet", table)
     ch.save_figure(plot_regime_changes(table), "field/regime_changes.png", dpi=110)
-    paths = {"table": "field/regime_changes.parquet", "figure": "field/regime_changes.png"}
-    items = paired_heatmaps(galleries or {}) if galleries and len(galleries) > 1 else []
+    paths = {"regime_changes": "field/regime_changes.png"}
+    items = paired_heatmaps(galleries) if galleries and len(galleries) > 1 else []
     if items:
         ch.save_figure(heatmap_gallery(items), "field/regime_heatmaps.png", dpi=110)
-        paths["heatmaps"] = "field/regime_heatmaps.png"
+        paths["regime_heatmaps"] = "field/regime_heatmaps.png"
     return paths

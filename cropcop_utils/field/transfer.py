@@ -305,8 +305,8 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     )
     comparison = compare_regimes(measured, len(names), params)
     if comparison:
-        plots["regimes"] = figures.save_regime_figure(
-            ch, comparison, {name: m["gallery"] for name, m in measured.items()}
+        plots.update(
+            figures.save_regime_figure(ch, comparison, {name: m["gallery"] for name, m in measured.items()})
         )
     summary = headline_figures(results, swap, looks)
     record = ch.finish(
