@@ -30,7 +30,7 @@ import pandas as pd
 from scipy import optimize, special, stats
 from sklearn.metrics import brier_score_loss
 
-from . import card, metrics
+from . import card, metrics, regimes
 from .card import CARD
 from .config import RunContext
 from .evidence import Chapter, atomic_write_bytes, read_registry, row_id, sha256_bytes
@@ -560,6 +560,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         ch.write_parquet(f"{FOLDER}/{name}.parquet", frame)
     plots = figures.save_all(ch, frames, states, params, lab_scores)
     recipe = deployment(states["pte"], params)
+    others = _other_regimes(ctx, ch, params, val_rows, test_rows, n_classes, indices, field)
     record = ch.finish(
         figures={"n_val": len(val_y), "n_test": len(test_y), "n_classes": n_classes,
                  "temperature_fit": "scipy.optimize.minimize_scalar (bounded) on the validation NLL",
@@ -570,6 +571,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
                  "other_crop_note": other_crop_note,
                  "states": states},
         plots=plots, params=params, deployment=recipe,
+        regime=regimes.shipped(regimes.of_run(ctx)).name, regimes=others,
         test_rows_read={"count": len(test_y), "via": "prediction records of chapters 5-7 (logits)",
                         "purpose": "calibration, selective risk and conformal coverage of every state"})
     if CARD in read_registry(ctx.run_dir):
@@ -577,6 +579,18 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         # now with abstention/abstention.json in it (the registry names this chapter as its writer).
         card.write_card(ctx.run_dir, chapter="abstention")
     return record
+
+
+def _other_regimes(ctx: RunContext, ch: Chapter, params: dict[str, Any], val_rows: pd.DataFrame,
+                   test_rows: pd.DataFrame, n_classes: int, indices: np.ndarray,
+                   field: dict[str, Any] | None) -> dict[str, Any]:
+    """The regimes that do not ship, measured the same way (:mod:`.abstention_regimes`)."""
+    from .abstention_regimes import regime_states
+
+    cohort = None if field is None else field["cohort"]
+    return {r.name: {"states": regime_states(ctx, ch, r, params, val_rows, test_rows, n_classes, indices,
+                                             cohort)}
+            for r in regimes.of_run(ctx) if not r.shipped}
 
 
 def out_of_scope_records(ctx: RunContext, ch: Chapter, class_map: dict[str, Any], loaded: dict[str, Any],

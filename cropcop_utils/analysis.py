@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import metrics, registry
+from . import metrics, regimes, registry
 from .analysis_figures import (
     plot_confusion,
     plot_error_gallery,
@@ -39,6 +39,7 @@ from .model_states import (
     TRANSITIONS,
     ModelState,
     PairedStates,
+    states_for,
 )
 
 FOLDER = "analysis"
@@ -279,10 +280,52 @@ def run_per_class(ctx: RunContext, **options: Any) -> dict[str, Any]:
 
     summary = per_class_figures(state_table, paired_table, mcnemar, per_class, bins, taxonomy, moves,
                                 paired, scored, params)
+    compared = regime_deltas(ctx, ch, frozen, paired, indices, scored, level)
+    if compared is not None:
+        ch.write_parquet(f"{FOLDER}/regime_deltas.parquet", compared)
     return ch.finish(figures=summary, plots=figure_paths, params=params,
                      test_rows_read=_test_access(paired, "scoring the recorded predictions of every model "
                                                  "state; thumbnails of the gallery's errors"),
-                     states=_state_identity(ctx, paired))
+                     states=_state_identity(ctx, paired),
+                     regimes=None if compared is None else {
+                         "shipped": regimes.shipped(regimes.of_run(ctx)).name,
+                         "deltas": f"{FOLDER}/regime_deltas.parquet",
+                         "table": compared.to_dict("records")})
+
+
+def regime_deltas(ctx: RunContext, ch: Chapter, frozen: Any, paired: PairedStates, indices: np.ndarray,
+                  scored: np.ndarray, level: float) -> pd.DataFrame | None:
+    """Each regime against the baseline, state by state, on the same test rows and the same resamples
+    (paired deltas); None when the run trains one regime."""
+    items = regimes.of_run(ctx)
+    base = regimes.reference_regime(items)
+    if len(items) < 2 or base is None:
+        return None
+    boots = {}
+    for regime in items:
+        mine = paired if regime.shipped else pair_states(
+            load_states(ch, states_for(regime)), frozen.rows, paired.n_classes)
+        if not mine.rows["row_id"].equals(paired.rows["row_id"]):
+            raise StateMismatch(f"regime {regime.name} was scored on other test rows than the shipped regime")
+        boots[regime.name] = {s: metrics.bootstrap_metrics(paired.y, mine.preds[s], scored, paired.n_classes,
+                                                           indices) for s in STATE_NAMES}
+    tables = [metrics.paired_delta_table(boots[base.name][s], boots[r.name][s], level=level)
+              .assign(regime=r.name, against=base.name, state=s, state_label=STATE_LABELS[s])
+              for r in items if r.name != base.name for s in STATE_NAMES]
+    return pd.concat(tables, ignore_index=True)
+
+
+def regime_prose(compared: dict[str, Any]) -> str:
+    """One sentence per compared regime: the macro-F1 change of each state on the locked test."""
+    table = pd.DataFrame(compared["table"])
+    lines = [f"Shipped regime: **`{compared['shipped']}`**."]
+    for regime, part in table[table["metric"] == "macro_f1"].groupby("regime", sort=False):
+        changes = "; ".join(
+            f"{STATE_LABELS[r.state]} {100 * r.value_b:.2f} against {100 * r.value_a:.2f} "
+            f"({100 * r.delta:+.2f} points [{100 * r.lo:+.2f}, {100 * r.hi:+.2f}])"
+            for r in part.itertuples())
+        lines.append(f"- `{regime}` against `{part['against'].iloc[0]}`, test macro-F1: {changes}.")
+    return "\n".join(lines)
 
 
 def _state_identity(ctx: RunContext, paired: PairedStates) -> dict[str, Any]:

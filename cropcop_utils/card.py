@@ -197,8 +197,35 @@ def render(data: dict[str, Any]) -> str:
     states = [s for s in STATE_ORDER if s in data["field"]["states"]]
     deployment = (data.get("abstention") or {}).get("deployment")
     return env.get_template("card.md.j2").render(
-        **data, state_names=states, failures=failure_modes(data), deployment=deployment
+        **data,
+        state_names=states,
+        failures=failure_modes(data),
+        deployment=deployment,
+        shipped_regime=data["field"].get("regime", "baseline"),
+        regime_rows=regime_rows(data["field"]),
     )
+
+
+def regime_rows(field: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``.pte`` of every regime the run trained, with its change against the baseline (chapter 10)."""
+    out = []
+    for name, entry in (field.get("regimes") or {}).items():
+        pte = entry["states"]["pte"]
+        change = ((field.get("comparison") or {}).get(name) or {}).get("states", {}).get("pte")
+        out.append(
+            {
+                "name": name,
+                "shipped": bool(entry["shipped"]),
+                "lab_macro_f1": pte["lab_test"]["macro_f1"],
+                "field_accuracy": (pte["field"] or {}).get("accuracy"),
+                "field_macro_f1": (pte["field"] or {}).get("macro_f1"),
+                "share": entry["swap"]["pte"]["background_share"],
+                "change_field_accuracy": ((change or {}).get("field") or {}).get("accuracy"),
+                "change_lab_macro_f1": (change or {}).get("lab_test", {}).get("macro_f1"),
+                "change_share": (change or {}).get("background_share"),
+            }
+        )
+    return out
 
 
 def write_card(run_dir: str | os.PathLike, chapter: str = "field") -> Path:

@@ -14,7 +14,7 @@ global batch is cut rank-strided (as ``DistributedSampler`` does) into per-rank 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -78,13 +78,18 @@ def row_paths(rows: pd.DataFrame, corpus_root: str | os.PathLike) -> list[Path]:
 
 
 class TrainImages(Dataset):
-    """Augmented training samples; an index is ``(row_index, sample_seed)`` from :class:`EpochBatches`."""
+    """Augmented training samples; an index is ``(row_index, sample_seed)`` from :class:`EpochBatches`.
+
+    ``paste`` (the background-robust regime, :class:`.backgrounds.BackgroundPaste`) changes the square
+    before the augmentation, drawing from the same per-sample generator.
+    """
 
     def __init__(self, rows: pd.DataFrame, corpus_root: str | os.PathLike, spec: ImageSpec,
-                 params: AugmentParams, cache: bool = True) -> None:
+                 params: AugmentParams, cache: bool = True, paste: Callable | None = None) -> None:
         self.labels = rows["label"].to_numpy(dtype=np.int64)
         self.spec = spec
         self.params = params
+        self.paste = paste
         self.squares = SquareCache(row_paths(rows, corpus_root), spec.size, enabled=cache)
 
     def __len__(self) -> int:
@@ -93,7 +98,10 @@ class TrainImages(Dataset):
     def __getitem__(self, index: tuple[int, int]) -> tuple[torch.Tensor, int]:
         row, seed = index
         generator = torch.Generator().manual_seed(int(seed))
-        image = augment(self.squares.get(row), self.params, generator)
+        square = self.squares.get(row)
+        if self.paste is not None:
+            square = self.paste(square, row, generator)
+        image = augment(square, self.params, generator)
         return imaging.to_tensor(to_hwc(image), self.spec.mean, self.spec.std), int(self.labels[row])
 
 

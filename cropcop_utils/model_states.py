@@ -7,6 +7,7 @@ Shared by the analysis chapters (:mod:`cropcop_utils.analysis`), their figures
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,13 @@ STATES: tuple[ModelState, ...] = (
     ModelState("pte", ".pte on the runtime", "runtime/predictions_test.parquet", "runtime"),
 )
 STATE_NAMES = tuple(s.name for s in STATES)
+
+
+def states_for(regime: Any = None) -> tuple[ModelState, ...]:
+    """The four states of a training regime (:mod:`.regimes`): the plain paths for the shipped one."""
+    if regime is None or regime.shipped:
+        return STATES
+    return tuple(ModelState(s.name, s.label, regime.path(s.path), s.chapter) for s in STATES)
 STATE_LABELS = {s.name: s.label for s in STATES}
 # Each step of the deployment chain, then the whole chain.
 PAIRS: tuple[tuple[str, str], ...] = (("reference", "compact"), ("compact", "int8"), ("int8", "pte"),

@@ -533,21 +533,22 @@ def ptq_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
     return params
 
 
-def load_compact(ch: Chapter, n_classes: int, image_size: int) -> tuple[torch.nn.Module, dict[str, Any], str]:
+def load_compact(ch: Chapter, n_classes: int, image_size: int,
+                 rel_path: str = CHECKPOINT) -> tuple[torch.nn.Module, dict[str, Any], str]:
     """The float compact model from its verified checkpoint: (model in eval mode, checkpoint, SHA-256)."""
     from . import checkpoint, models
 
-    path = ch.verify(CHECKPOINT)
+    path = ch.verify(rel_path)
     state = checkpoint.load(path)
     if int(state.get("num_classes", -1)) != n_classes:
-        raise CheckpointMismatch(f"{CHECKPOINT} has {state.get('num_classes')} classes, the frozen split "
+        raise CheckpointMismatch(f"{rel_path} has {state.get('num_classes')} classes, the frozen split "
                                  f"{n_classes}; rerun chapter 'training' (05_training)")
     if int(state.get("image_size", image_size)) != image_size:
-        raise CheckpointMismatch(f"{CHECKPOINT} was trained at {state['image_size']} px, the profile's image "
+        raise CheckpointMismatch(f"{rel_path} was trained at {state['image_size']} px, the profile's image "
                                  f"size is {image_size} px; rerun chapter 'training' (05_training)")
     model = models.create_model(state["arch"], n_classes)
     model.load_state_dict(state["model"])
-    return model.eval(), state, ch.inputs[CHECKPOINT]
+    return model.eval(), state, ch.inputs[rel_path]
 
 
 def float_record(ch: Chapter, rel_path: str, model_state: str, rows: pd.DataFrame) -> pd.DataFrame:
@@ -595,7 +596,7 @@ def score_locked_test(ch: Chapter, forward: Any, model_state: str, reader: str, 
 
 def evaluate_candidate(ch: Chapter, exported: Any, candidate: Candidate, batches: Iterable[torch.Tensor],
                        n_rows: int, val_rows: pd.DataFrame, float_val: pd.DataFrame, cfg: Any,
-                       example: torch.Tensor, max_batch: int
+                       example: torch.Tensor, max_batch: int, at: Any = str
                        ) -> tuple[bytes, dict[str, Any], pd.DataFrame, pd.DataFrame]:
     """Quantise one candidate, serialise it, and score the program loaded back from those bytes on val.
 
@@ -612,7 +613,7 @@ def evaluate_candidate(ch: Chapter, exported: Any, candidate: Candidate, batches
     program = load_program(blob).module()
     ops = quantised_ops(program)
     record = predict.predict(_callable(program), val_rows, cfg, model_state, desc=f"{candidate.name} val")
-    ch.write_parquet(f"ptq/predictions_val_{candidate.name}.parquet", record)
+    ch.write_parquet(at(f"ptq/predictions_val_{candidate.name}.parquet"), record)
     scores = predict.score(record)
     result = {"candidate": candidate.name, "order": candidate.order, "activations": candidate.activations,
               "per_channel": candidate.per_channel, "declared_rows": candidate.calibration_rows,
@@ -624,38 +625,58 @@ def evaluate_candidate(ch: Chapter, exported: Any, candidate: Candidate, batches
 
 
 def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
-    """Quantise the compact model with every declared candidate, select on validation, score on test."""
+    """Quantise every regime's compact model (:mod:`.regimes`): the shipped regime's record is
+    ``ptq/ptq.json`` and names the others' (``ptq/<regime>/ptq.json``)."""
+    from . import regimes
+
+    params = ptq_params(ctx, **options)
+    items = regimes.of_run(ctx)
+    others = {r.name: run_regime(ctx, params, r) for r in items if not r.shipped}
+    return run_regime(ctx, params, regimes.shipped(items), others)
+
+
+def regime_summary(name: str, record: dict[str, Any]) -> dict[str, Any]:
+    """What the shipped record says about another regime's quantisation (its own record has the rest)."""
+    return {"record": f"{FOLDER}/{name}/{FOLDER}.json", "selected": record["selected"],
+            "figures": {k: v for k, v in record["figures"].items() if k != "gate"}}
+
+
+def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
+               others: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Quantise one regime's compact model with every declared candidate, select on validation, score
+    on test; its files sit under ``regime.path`` (the plain paths for the shipped regime)."""
     from . import metrics, predict
     from .imaging import ImageSpec
     from .split import load_frozen
 
-    params = ptq_params(ctx, **options)
-    ch = Chapter(ctx.run_dir, "ptq")
+    at = regime.path
+    ch = Chapter(ctx.run_dir, "ptq", folder=regime.folder("ptq"))
     frozen = load_frozen(ch)
     candidates, gate = parse_candidates(params), Gate.from_section(params)
     max_batch, batch_size = int(params["max_batch"]), int(params["batch_size"])
     train_rows, val_rows = frozen.rows_for("train"), frozen.rows_for("val")
     declared = declaration(candidates, gate, len(train_rows), int(params["calibration_seed"]), max_batch)
-    ch.write_json("ptq/candidates.json", declared)  # before any model is quantised
+    ch.write_json(at("ptq/candidates.json"), declared)  # before any model is quantised
 
     spec = ImageSpec.from_section(ctx.section("image"))
     cfg = predict.PredictConfig.from_ctx(ctx, batch_size=batch_size, progress=bool(params.get("progress")))
-    model, state, compact_sha = load_compact(ch, len(frozen.class_names), spec.size)
+    model, state, compact_sha = load_compact(ch, len(frozen.class_names), spec.size, at(CHECKPOINT))
     example = torch.zeros((2, 3, spec.size, spec.size))
-    float_val = float_record(ch, FLOAT_VAL, compact_sha, val_rows)
+    float_val = float_record(ch, at(FLOAT_VAL), compact_sha, val_rows)
     float_scores = predict.score(float_val)
     # The baseline is training's record; re-scoring the float model here shows this chapter's pipeline
     # (loading contract, batching) reproduces it.
     rescored = predict.predict(model, val_rows, cfg, compact_sha, desc="float val")
     reproduced = agreement(rescored["pred"], float_val["pred"])
 
-    with ch.native_output(NATIVE_LOG):  # torch / ExecuTorch notices at import go to the log, not the book
+    with ch.native_output(at(NATIVE_LOG)):  # torch / ExecuTorch notices at import go to the log, not the book
         exported = export_dynamic(model, example, max_batch)
     order = calibration_order(train_rows, int(params["calibration_seed"]))
     used = order.head(max(c.effective_rows(len(train_rows)) for c in candidates))
     assert_train_only(used, frozen.rows)
     position = np.arange(len(used))
-    ch.write_parquet("ptq/calibration_rows.parquet", used[["row_id", "rel_path", "label", "split"]].assign(
+    calibration_rows = used[["row_id", "rel_path", "label", "split"]]
+    ch.write_parquet(at("ptq/calibration_rows.parquet"), calibration_rows.assign(
         position=position,
         **{f"used_by_{c.name}": position < c.effective_rows(len(train_rows)) for c in candidates}))
     results, ops_tables, byte_tables, blobs = [], [], [], {}
@@ -663,30 +684,31 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         calibration = order.head(candidate.effective_rows(len(train_rows)))
         assert_train_only(calibration, frozen.rows)
         batches = image_batches(calibration, ctx.corpus_root, spec, batch_size) if candidate.static else []
-        with ch.native_output(NATIVE_LOG):
+        with ch.native_output(at(NATIVE_LOG)):
             blob, result, ops, stored = evaluate_candidate(ch, exported, candidate, batches, len(calibration),
-                                                           val_rows, float_val, cfg, example, max_batch)
+                                                           val_rows, float_val, cfg, example, max_batch,
+                                                           at)
         drop = macro_f1_drop(float_scores["macro_f1"], result["macro_f1"])
         results.append({**result, "macro_f1_drop": drop})
         ops_tables.append(ops)
         byte_tables.append(stored)
         blobs[candidate.name] = blob
 
-    ch.verify("ptq/candidates.json")  # the declaration is what it was before any candidate was scored
+    ch.verify(at("ptq/candidates.json"))  # the declaration is what it was before any candidate was scored
     table = rank_candidates(apply_gate(pd.DataFrame(results), gate))
     selected, reason = select_candidate(table)
     chosen = table.iloc[0]
     if params["require_pass"] and not bool(chosen["passed"]):
         raise GateFailure(f"no quantisation candidate passed the validation gate ({reason}); "
                           "ptq.require_pass is set, so the chain stops here")
-    atomic_write_bytes(ch.path(SELECTED), blobs[selected])
-    selected_sha = ch.record_output(SELECTED)
-    program = load_program(ch.path(SELECTED).read_bytes()).module()
+    atomic_write_bytes(ch.path(at(SELECTED)), blobs[selected])
+    selected_sha = ch.record_output(at(SELECTED))
+    program = load_program(ch.path(at(SELECTED)).read_bytes()).module()
 
     int8_test, access = score_locked_test(ch, _callable(program), selected_sha, "ptq", cfg,
                                          bool(params.get("test_override", False)),
-                                         params.get("test_override_reason"), TEST_RECORD)
-    float_test = float_record(ch, FLOAT_TEST, compact_sha, int8_test)
+                                         params.get("test_override_reason"), at(TEST_RECORD))
+    float_test = float_record(ch, at(FLOAT_TEST), compact_sha, int8_test)
     labels = np.unique(int8_test["label"])
     paired = metrics.paired_bootstrap(int8_test["label"], float_test["pred"], int8_test["pred"], labels,
                                       len(frozen.class_names), n_boot=int(params["bootstrap"]),
@@ -701,13 +723,15 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
             "macro_f1_delta_hi": float(delta["hi"]), "bootstrap": int(params["bootstrap"]),
             "ci_level": float(params["ci_level"]), "seed": int(params["seed"])}
 
-    ch.write_parquet("ptq/candidates_table.parquet", table)
-    ch.write_parquet("ptq/ops.parquet", pd.concat(ops_tables, ignore_index=True))
-    ch.write_parquet("ptq/stored_bytes.parquet", pd.concat(byte_tables, ignore_index=True))
-    ch.write_parquet("ptq/test_paired.parquet", paired_table)
-    ch.save_figure(plot_gate(table, gate, selected), "ptq/gate.png")
+    ch.write_parquet(at("ptq/candidates_table.parquet"), table)
+    ch.write_parquet(at("ptq/ops.parquet"), pd.concat(ops_tables, ignore_index=True))
+    ch.write_parquet(at("ptq/stored_bytes.parquet"), pd.concat(byte_tables, ignore_index=True))
+    ch.write_parquet(at("ptq/test_paired.parquet"), paired_table)
+    ch.save_figure(plot_gate(table, gate, selected), at("ptq/gate.png"))
+    for name in others or {}:
+        ch.verify(f"{FOLDER}/{name}/{FOLDER}.json")
     return ch.finish(
-        figures={"gate": "ptq/gate.png", "selected": selected, "n_candidates": len(table),
+        figures={"gate": at("ptq/gate.png"), "selected": selected, "n_candidates": len(table),
                  "n_passed": int(table["passed"].sum()), "selected_passed_gate": bool(chosen["passed"]),
                  "selected_val_macro_f1_drop": float(chosen["macro_f1_drop"]),
                  "selected_val_agreement": float(chosen["agreement"]),
@@ -721,11 +745,12 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         candidates_fingerprint=declared["fingerprint"], require_pass=bool(params["require_pass"]),
         candidates=table.to_dict("records"),
         float_val={**float_scores, "reproduced_by_this_chapter": reproduced},
-        compact={"checkpoint": CHECKPOINT, "sha256": compact_sha, "arch": state["arch"],
+        compact={"checkpoint": at(CHECKPOINT), "sha256": compact_sha, "arch": state["arch"],
                  "num_classes": int(state["num_classes"]), "image_size": spec.size},
-        selected_graph={"path": SELECTED, "sha256": selected_sha, "bytes": len(blobs[selected]),
+        selected_graph={"path": at(SELECTED), "sha256": selected_sha, "bytes": len(blobs[selected]),
                         "max_batch": max_batch},
         calibration={"split": "train", "seed": int(params["calibration_seed"]), "n_train": len(train_rows),
                      "nested_prefixes": True},
-        test=test,
+        test=test, regime=regime.name,
+        regimes={name: regime_summary(name, other) for name, other in (others or {}).items()},
     )

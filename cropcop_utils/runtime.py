@@ -371,42 +371,56 @@ def chapter_latency(ch: Chapter, params: dict[str, Any], image_size: int, pte_sh
 
 
 def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
-    """Lower the selected graph, execute the .pte from disk on the locked test, audit it, time it."""
+    """Lower every regime's selected graph (:mod:`.regimes`); the shipped regime's record is
+    ``runtime/runtime.json`` and names the others' (``runtime/<regime>/runtime.json``).  Latency is timed
+    on the shipped ``.pte`` only: every regime has the same architecture and lowering."""
+    from . import regimes
+
+    params = runtime_params(ctx, **options)
+    items = regimes.of_run(ctx)
+    untimed = {**params, "measure_latency": False}
+    others = {r.name: run_regime(ctx, untimed, r) for r in items if not r.shipped}
+    return run_regime(ctx, params, regimes.shipped(items), others)
+
+
+def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
+               others: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Lower one regime's selected graph, execute the .pte from disk on the locked test, audit it, time it."""
     from . import checkpoint, predict, quant
     from .split import load_frozen
 
-    params = runtime_params(ctx, **options)
-    ch = Chapter(ctx.run_dir, "runtime")
+    at = regime.path
+    ch = Chapter(ctx.run_dir, "runtime", folder=regime.folder("runtime"))
     frozen = load_frozen(ch)
-    ptq_record = ch.read_json("ptq/ptq.json")
+    ptq_record = ch.read_json(at("ptq/ptq.json"))
     selected = ptq_record["selected_graph"]
-    with ch.native_output(NATIVE_LOG):  # ExecuTorch's C++ logging goes to the log, not the book
-        program = quant.load_program(ch.verify(quant.SELECTED, selected["sha256"]).read_bytes())
+    with ch.native_output(at(NATIVE_LOG)):  # ExecuTorch's C++ logging goes to the log, not the book
+        program = quant.load_program(ch.verify(at(quant.SELECTED), selected["sha256"]).read_bytes())
         data, delegation, delegation_summary = lower(program)
-    atomic_write_bytes(ch.path(PTE), data)
-    pte_sha = ch.record_output(PTE)
+    atomic_write_bytes(ch.path(at(PTE)), data)
+    pte_sha = ch.record_output(at(PTE))
 
-    state = checkpoint.load(ch.verify(quant.CHECKPOINT, ptq_record["compact"]["sha256"]))
+    state = checkpoint.load(ch.verify(at(quant.CHECKPOINT), ptq_record["compact"]["sha256"]))
     state_blob = state_dict_bytes(state["model"])
     size = size_record(len(data), len(state_blob))
 
-    with ch.native_output(NATIVE_LOG):
-        forward = load_verified_pte(ctx.run_dir, PTE)
+    with ch.native_output(at(NATIVE_LOG)):
+        forward = load_verified_pte(ctx.run_dir, at(PTE))
         batch_size = min(int(params["batch_size"]), forward.max_batch)
         cfg = predict.PredictConfig.from_ctx(ctx, batch_size=batch_size,
                                              progress=bool(params.get("progress")))
         pte_test, access = quant.score_locked_test(ch, forward, pte_sha, "runtime", cfg,
                                                   bool(params.get("test_override", False)),
-                                                  params.get("test_override_reason"), TEST_RECORD)
-    graph_test = ch.read_parquet(quant.TEST_RECORD)
+                                                  params.get("test_override_reason"), at(TEST_RECORD))
+    graph_test = ch.read_parquet(at(quant.TEST_RECORD))
     if (graph_test["model_state"] != selected["sha256"]).any():
-        raise FingerprintMismatch(f"{quant.TEST_RECORD} was not written by {quant.SELECTED}; rerun chapter "
-                                  "'ptq' (06_ptq)")
+        raise FingerprintMismatch(f"{at(quant.TEST_RECORD)} was not written by {at(quant.SELECTED)}; "
+                                  "rerun chapter 'ptq' (06_ptq)")
     graph_test = quant.aligned(pte_test, graph_test, "INT8 graph vs .pte")
-    float_test = quant.float_record(ch, quant.FLOAT_TEST, ptq_record["compact"]["sha256"], pte_test)
+    float_test = quant.float_record(ch, at(quant.FLOAT_TEST), ptq_record["compact"]["sha256"], pte_test)
     rel_paths = frozen.rows.set_index("row_id")["rel_path"]
     audit = disagreement_table(graph_test, pte_test, frozen.class_names, rel_paths)
-    ch.write_parquet(DISAGREEMENTS, audit)
+    ch.write_parquet(at(DISAGREEMENTS), audit)
     counts = disagreement_counts(audit)
     pte_scores, graph_scores = predict.score(pte_test), predict.score(graph_test)
     test = {"rows": len(pte_test), "access": access, "model_state": pte_sha, "pte": pte_scores,
@@ -422,9 +436,11 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         latency = chapter_latency(ch, params, int(ptq_record["compact"]["image_size"]), pte_sha, state,
                                   state_blob)
         ratios = latency_ratios(latency)
-        ch.write_parquet("runtime/latency.parquet", latency)
-        ch.save_figure(plot_latency(latency), "runtime/latency.png")
-    ch.write_parquet("runtime/delegation.parquet", delegation)
+        ch.write_parquet(at("runtime/latency.parquet"), latency)
+        ch.save_figure(plot_latency(latency), at("runtime/latency.png"))
+    ch.write_parquet(at("runtime/delegation.parquet"), delegation)
+    for name in others or {}:
+        ch.verify(f"{FOLDER}/{name}/{FOLDER}.json")
     figures: dict[str, Any] = {
         "pte_mib": size["pte_mib"], "state_mib": size["state_mib"], "size_reduction": size["reduction"],
         "test_agreement_with_int8_graph": test["agreement_with_int8_graph"],
@@ -432,14 +448,17 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         **{k.replace(" ", "_").replace("-", "_"): v for k, v in counts.items()},
         "pte_test_accuracy": pte_scores["accuracy"], "pte_test_macro_f1": pte_scores["macro_f1"]}
     if latency is not None:
-        figures.update({"latency": "runtime/latency.png", "latency_p50_ratio": ratios["p50_ratio"],
+        figures.update({"latency": at("runtime/latency.png"), "latency_p50_ratio": ratios["p50_ratio"],
                         "memory_ratio": ratios["memory_ratio"]})
     return ch.finish(
-        figures=figures, pte={"path": PTE, "sha256": pte_sha, **size}, delegation=delegation_summary,
+        figures=figures, pte={"path": at(PTE), "sha256": pte_sha, **size}, delegation=delegation_summary,
         selected_graph=selected, selected_candidate=ptq_record["selected"], batch_size=batch_size,
         pte_max_batch=forward.max_batch,
         test=test, latency=None if latency is None else latency.to_dict("records"), latency_ratios=ratios,
         host={"cpu_count": os.cpu_count(), "platform": sys.platform, "torch": torch.__version__},
+        regime=regime.name,
+        regimes={name: {"record": f"{FOLDER}/{name}/{FOLDER}.json", "pte": other["pte"],
+                        "figures": other["figures"]} for name, other in (others or {}).items()},
     )
 
 

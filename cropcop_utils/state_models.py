@@ -49,11 +49,12 @@ class LoadedState:
     module: torch.nn.Module | None = None   # the float model, for attribution methods that need one
 
 
-def load_state(ch: Chapter, name: str, n_classes: int) -> LoadedState:
-    """Load one state (``reference``, ``compact``, ``int8``, ``pte``) from its verified file."""
+def load_state(ch: Chapter, name: str, n_classes: int, regime: Any = None) -> LoadedState:
+    """Load one state (``reference``, ``compact``, ``int8``, ``pte``) of a regime (default: the shipped
+    one, on the plain paths) from its verified file."""
     if name not in STATE_FILES:
         raise ValueError(f"unknown model state {name!r}; states are {', '.join(STATE_FILES)}")
-    rel_path = STATE_FILES[name]
+    rel_path = STATE_FILES[name] if regime is None else regime.path(STATE_FILES[name])
     if name in ("reference", "compact"):
         from . import checkpoint, models
 
@@ -79,8 +80,9 @@ def load_state(ch: Chapter, name: str, n_classes: int) -> LoadedState:
     return LoadedState(name, forward, ch.inputs[rel_path], max_batch=forward.max_batch)
 
 
-def load_states(ch: Chapter, n_classes: int, names: Sequence[str] = STATE_NAMES) -> dict[str, LoadedState]:
-    return {name: load_state(ch, name, n_classes) for name in names}
+def load_states(ch: Chapter, n_classes: int, names: Sequence[str] = STATE_NAMES,
+                regime: Any = None) -> dict[str, LoadedState]:
+    return {name: load_state(ch, name, n_classes, regime) for name in names}
 
 
 def score_rows(states: dict[str, LoadedState], rows: pd.DataFrame, corpus_root: str | Path,

@@ -23,11 +23,12 @@ from typing import Any
 import pandas as pd
 
 from . import checkpoint as ckpt
-from . import locked_test
+from . import locked_test, regimes
 from .config import RunContext, deep_merge, reopen_run
 from .evidence import Chapter, sha256_file
 from .imaging import ImageSpec
 from .pretrained import PACKAGE_WEIGHTS, has_package_weights
+from .regimes import BACKGROUND_ROBUST, BASELINE, Regime
 
 MODELS = ("reference", "compact")
 FOLDER = "training"
@@ -62,7 +63,10 @@ DEFAULTS: dict[str, Any] = {
     "cache_images": True,       # keep decoded squares in memory
     "eval_batch_size": 128,
 }
-_SECTION_ONLY = {"reference", "compact", "reference_weights", "compact_weights"}
+# Keys of the training section that are not model hyper-parameters: the per-model sections, their
+# weights, and the regimes (cropcop_utils.regimes, .backgrounds).
+_SECTION_ONLY = {"reference", "compact", "reference_weights", "compact_weights", "regime", "shipped_regime",
+                 "background_robust", "attribution_penalty"}
 
 
 class TrainingConfigError(ValueError):
@@ -106,8 +110,41 @@ def resolve_config(section: dict[str, Any], kind: str) -> dict[str, Any]:
     return config
 
 
-def model_dir(run_dir: str | os.PathLike, kind: str) -> Path:
-    return Path(run_dir) / FOLDER / kind
+def model_dir(run_dir: str | os.PathLike, kind: str, regime: Regime | None = None) -> Path:
+    """``training/<kind>`` of the shipped regime (the default), ``training/<regime>/<kind>`` of another."""
+    return Path(run_dir) / (regime or Regime(BASELINE, True)).path(f"{FOLDER}/{kind}")
+
+
+def regime_named(ctx: RunContext, name: str | None) -> Regime:
+    """A regime of the run by name (None: the shipped one)."""
+    items = regimes.of_run(ctx)
+    if name is None:
+        return regimes.shipped(items)
+    found = [r for r in items if r.name == name]
+    if not found:
+        raise TrainingConfigError(f"regime {name!r} is not trained by this run; training.regime lists "
+                                  f"{[r.name for r in items]}")
+    return found[0]
+
+
+def robust_inputs(ctx: RunContext, frozen: Any, config: dict[str, Any],
+                  progress: bool = False) -> Any:
+    """The background-robust regime's masks, pool and paste step (made once, then reused)."""
+    from . import robust_inputs as ri
+    from .data import SquareCache, row_paths
+
+    rows = frozen.rows_for("train")
+    squares = SquareCache(row_paths(rows, ctx.corpus_root), ImageSpec.from_section(ctx.section("image")).size)
+    squares.fill(progress=progress, desc="decode (masks)")
+    ch = Chapter(ctx.run_dir, FOLDER)
+    main = int(os.environ.get("RANK", "0")) == 0
+    if not main:  # under torchrun rank 0 writes the masks and the pool; the others read them
+        ri.wait_for(ctx.run_dir, ri.POOL)
+    inputs = ri.prepare(ch, rows, squares, ctx.section("training").get("background_robust") or {})
+    inputs.record["examples"] = {"path": ri.EXAMPLES, "sha256": ri.save_examples(
+        ch, inputs, squares, int(config["seed"])) if main else None}
+    inputs.record["inputs"], inputs.record["outputs"] = dict(ch.inputs), dict(ch.outputs)
+    return inputs
 
 
 def _finished(last: Path) -> bool:
@@ -115,32 +152,45 @@ def _finished(last: Path) -> bool:
 
 
 # --------------------------------------------------------------------------- one model
-def train_model(ctx: RunContext, kind: str, frozen: Any = None, progress: bool = True) -> dict[str, Any]:
-    """Train (or resume, or confirm finished) one model; returns the trainer's summary."""
+def train_model(ctx: RunContext, kind: str, frozen: Any = None, progress: bool = True,
+                regime: Regime | None = None, robust: Any = None) -> dict[str, Any]:
+    """Train (or resume, or confirm finished) one model of a regime (default: the shipped one); returns
+    the trainer's summary.  ``robust`` is the background-robust regime's prepared inputs (made here when
+    that regime is asked for without them)."""
     from .distributed import DistEnv, init_distributed
     from .split import load_frozen
     from .trainer import Job, Trainer
 
+    regime = regime or regime_named(ctx, None)
     config = resolve_config(ctx.section("training"), kind)
     if frozen is None:
         frozen = load_frozen(Chapter(ctx.run_dir, FOLDER))
+    paste = None
+    if regime.name == BACKGROUND_ROBUST:
+        robust = robust or robust_inputs(ctx, frozen, config, progress)
+        paste = robust.paste
+        # the regime is part of what determines the weights: its parameters and the pool's identity
+        config["regime"] = {"name": regime.name, "params": robust.record["params"],
+                            "pool_sha256": robust.record["pool"]["sha256"],
+                            "masks_sha256": robust.record["masks"]["sha256"]}
     device_type = "cuda" if config["device"] in ("auto", "cuda") and _cuda() else "cpu"
     env = init_distributed(device_type) if os.environ.get("WORLD_SIZE") else DistEnv()
     teacher_path = teacher_sha = None
     if kind == "compact" and config["distill"]["enabled"]:
-        teacher_path = model_dir(ctx.run_dir, "reference") / "best.pt"
-        if not teacher_path.exists() or not _finished(model_dir(ctx.run_dir, "reference") / "last.pt"):
+        teacher_path = model_dir(ctx.run_dir, "reference", regime) / "best.pt"
+        teacher_last = model_dir(ctx.run_dir, "reference", regime) / "last.pt"
+        if not teacher_path.exists() or not _finished(teacher_last):
             raise TrainingOrderError(f"the compact model learns from the finished reference, but "
                                      f"{teacher_path} is missing or the reference has not finished; train "
                                      "the reference first (--model reference)")
         teacher_sha = sha256_file(teacher_path)
-    out_dir = model_dir(ctx.run_dir, kind)
+    out_dir = model_dir(ctx.run_dir, kind, regime)
     out_dir.mkdir(parents=True, exist_ok=True)
     job = Job(kind=kind, config=config, spec=ImageSpec.from_section(ctx.section("image")),
               corpus_root=Path(ctx.corpus_root), train_rows=frozen.rows_for("train"),
               val_rows=frozen.rows_for("val"), class_names=list(frozen.class_names),
               data_fingerprints=dict(frozen.split_json["fingerprints"]), out_dir=out_dir,
-              teacher_path=teacher_path, teacher_sha256=teacher_sha, progress=progress, env=env)
+              teacher_path=teacher_path, teacher_sha256=teacher_sha, progress=progress, env=env, paste=paste)
     return Trainer(job).fit()
 
 
@@ -152,12 +202,12 @@ def _cuda() -> bool:
 
 # --------------------------------------------------------------------------- evaluation records
 def score_model(ctx: RunContext, ch: Chapter, frozen: Any, kind: str, config: dict[str, Any],
-                progress: bool = False) -> dict[str, Any]:
+                progress: bool = False, regime: Regime | None = None) -> dict[str, Any]:
     """Val and (once per checkpoint) test predictions of a model's best checkpoint; returns the scores."""
     from .models import create_model
     from .predict import PredictConfig, predict, same_state, score
 
-    folder = f"{FOLDER}/{kind}"
+    folder = (regime or Regime(BASELINE, True)).path(f"{FOLDER}/{kind}")
     best_path = ch.path(f"{folder}/best.pt")
     state = ckpt.load(best_path)
     sha = sha256_file(best_path)
@@ -206,31 +256,56 @@ def model_record(summary: dict[str, Any], scored: dict[str, Any], config: dict[s
 
 
 # --------------------------------------------------------------------------- chapter
+def train_regime(ctx: RunContext, ch: Chapter, frozen: Any, regime: Regime,
+                 progress: bool = True) -> dict[str, Any]:
+    """Both models of one regime, trained (or resumed) and scored; returns the regime's record."""
+    robust = None
+    if regime.name == BACKGROUND_ROBUST:
+        robust = robust_inputs(ctx, frozen, resolve_config(ctx.section("training"), "reference"), progress)
+        ch.inputs.update(robust.record.pop("inputs"))
+        ch.outputs.update(robust.record.pop("outputs"))
+    models: dict[str, Any] = {}
+    for kind in MODELS:
+        config = resolve_config(ctx.section("training"), kind)
+        summary = train_model(ctx, kind, frozen=frozen, progress=progress, regime=regime, robust=robust)
+        if "regime" in summary["config"]:
+            config = {**config, "regime": summary["config"]["regime"]}
+        scored = score_model(ctx, ch, frozen, kind, config, regime=regime)
+        models[kind] = model_record(summary, scored, config)
+    if models["compact"]["teacher"]:
+        teacher = regime.path(f"{FOLDER}/reference/best.pt")
+        ch.inputs[teacher] = models["compact"]["teacher"]["checkpoint_sha256"]
+    return {"shipped": regime.shipped, "folder": regime.path(f"{FOLDER}/reference").rsplit("/", 1)[0],
+            "models": models, "background": None if robust is None else robust.record}
+
+
 def run_chapter(ctx: RunContext, progress: bool = True) -> dict[str, Any]:
-    """Train (or resume) both models, write their records and ``training/training.json``."""
+    """Train (or resume) both models of every regime, write their records and ``training/training.json``."""
     import matplotlib.pyplot as plt
 
     from .split import load_frozen
 
     ch = Chapter(ctx.run_dir, FOLDER)
     frozen = load_frozen(ch)
-    models: dict[str, Any] = {}
-    for kind in MODELS:
-        config = resolve_config(ctx.section("training"), kind)
-        summary = train_model(ctx, kind, frozen=frozen, progress=progress)
-        models[kind] = model_record(summary, score_model(ctx, ch, frozen, kind, config), config)
-    if models["compact"]["teacher"]:
-        ch.inputs[f"{FOLDER}/reference/best.pt"] = models["compact"]["teacher"]["checkpoint_sha256"]
-    fig = plot_history(load_histories(ctx.run_dir))
+    items = regimes.of_run(ctx)
+    trained = {r.name: train_regime(ctx, ch, frozen, r, progress) for r in items}
+    shipped = regimes.shipped(items)
+    models = trained[shipped.name]["models"]
+    fig = plot_history(load_histories(ctx.run_dir, items))
     ch.save_figure(fig, f"{FOLDER}/history.png", dpi=110)
     plt.close(fig)
-    states = {m["checkpoint_sha256"] for m in models.values()}
+    states = {m["checkpoint_sha256"] for entry in trained.values() for m in entry["models"].values()}
     accesses = locked_test.read_accesses(ctx.run_dir)
+    per_regime = {f"{name}_{k}_test_macro_f1": m["test_macro_f1"] for name, entry in trained.items()
+                  for k, m in entry["models"].items()} if len(items) > 1 else {}
     return ch.finish(
         figures={"history": f"{FOLDER}/history.png",
                  **{f"{k}_val_macro_f1": m["val_macro_f1"] for k, m in models.items()},
-                 **{f"{k}_test_macro_f1": m["test_macro_f1"] for k, m in models.items()}},
+                 **{f"{k}_test_macro_f1": m["test_macro_f1"] for k, m in models.items()}, **per_regime},
         models=models,
+        shipped_regime=shipped.name,
+        regimes=trained,
+        attribution_penalty=penalty_decision(ctx, ch, frozen, trained),
         selection="best epoch on validation macro-F1 (scikit-learn, classes with val rows); "
                   "raw or EMA weights, whichever scores higher",
         test_access=accesses[accesses["model_state"].isin(states)].to_dict("records"),
@@ -238,13 +313,58 @@ def run_chapter(ctx: RunContext, progress: bool = True) -> dict[str, Any]:
     )
 
 
+def penalty_decision(ctx: RunContext, ch: Chapter, frozen: Any, trained: dict[str, Any]) -> dict[str, Any]:
+    """Whether the off-leaf attribution penalty runs, decided from its cost measured on this machine:
+    a plain and a penalised step of the background-robust compact model on one batch of train photos
+    with their leaf masks (:mod:`.attribution_penalty`)."""
+    import numpy as np
+    import torch
+
+    from . import attribution_penalty as penalty
+    from . import imaging
+    from . import robust_inputs as ri
+    from .models import create_model
+
+    section = ctx.section("training").get("attribution_penalty") or {}
+    robust = trained.get(BACKGROUND_ROBUST)
+    if robust is None:
+        return penalty.decide(section, None, None)
+    config = resolve_config(ctx.section("training"), "compact")
+    regime = regime_named(ctx, BACKGROUND_ROBUST)
+    state = ckpt.load(model_dir(ctx.run_dir, "compact", regime) / "best.pt")
+    model = create_model(state["arch"], int(state["num_classes"]))
+    model.load_state_dict(state["model"])
+    spec = ImageSpec.from_section(ctx.section("image"))
+    rows = frozen.rows_for("train")
+    with np.load(ch.verify(ri.MASKS)) as cached:
+        side, packed = int(cached["side"]), cached["packed"]
+    take = np.random.default_rng(int(config["seed"])).permutation(len(rows))[: int(config["batch_size"])]
+    root = Path(ctx.corpus_root)
+    images = torch.stack([imaging.to_tensor(imaging.load_array(root / rows.iloc[i]["rel_path"], spec.size),
+                                            spec.mean, spec.std) for i in take])
+    masks = torch.as_tensor(np.stack([np.unpackbits(packed[i])[: side * side].reshape(side, side)
+                                      for i in take]))
+    labels = torch.tensor(rows.iloc[take]["label"].to_numpy(), dtype=torch.long)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(config.get("threads") or threads)))
+    try:
+        cost = penalty.measure_cost(model, images, labels, masks, float(section.get("weight", 1.0)))
+    finally:
+        torch.set_num_threads(threads)
+    seconds = sum(float(m["train_seconds"] or 0.0) for m in robust["models"].values())
+    return penalty.decide(section, cost, seconds)
+
+
 # --------------------------------------------------------------------------- book helpers
-def load_histories(run_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
+def load_histories(run_dir: str | os.PathLike, items: list[Regime] | None = None) -> dict[str, pd.DataFrame]:
+    """History per model; with several regimes the key names the regime too (``baseline compact``)."""
+    items = items or [Regime(BASELINE, True)]
     out = {}
-    for kind in MODELS:
-        path = model_dir(run_dir, kind) / "history.parquet"
-        if path.exists():
-            out[kind] = pd.read_parquet(path)
+    for regime in items:
+        for kind in MODELS:
+            path = model_dir(run_dir, kind, regime) / "history.parquet"
+            if path.exists():
+                out[kind if len(items) == 1 else f"{regime.name} {kind}"] = pd.read_parquet(path)
     return out
 
 
@@ -335,6 +455,53 @@ def describe_starts(record: dict[str, Any]) -> str:
     if scratch:
         text += f" **Trained from scratch:** {', '.join(scratch)}."
     return text
+
+
+def regime_table(record: dict[str, Any]) -> pd.DataFrame:
+    """Both models of every regime: validation and test macro-F1, wall time, where the files are."""
+    rows = []
+    for name, entry in (record.get("regimes") or {}).items():
+        for kind, m in entry["models"].items():
+            rows.append({"regime": name, "shipped": entry["shipped"], "model": kind,
+                         "folder": entry["folder"], "val macro-F1": m["val_macro_f1"],
+                         "test macro-F1": m["test_macro_f1"],
+                         "test accuracy": m["test_acc"], "wall seconds": m["wall_seconds"],
+                         "checkpoint SHA-256": m["checkpoint_sha256"][:12]})
+    return pd.DataFrame(rows)
+
+
+def describe_regimes(record: dict[str, Any]) -> str:
+    """Which regimes ran, which ships, and what the background-robust regime pasted on (from the record)."""
+    entries = record.get("regimes") or {}
+    names = ", ".join(f"`{n}`" for n in entries) or "`baseline`"
+    text = [f"Regimes trained: {names}; the shipped regime is **`{record.get('shipped_regime', BASELINE)}`** "
+            "(its files are on the chain's plain paths; the other regimes' files one folder deeper)."]
+    robust = (entries.get(BACKGROUND_ROBUST) or {}).get("background")
+    if robust:
+        pool, masks, p = robust["pool"], robust["masks"], robust["params"]
+        kinds = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in pool["per_kind"].items())
+        text.append(
+            f"The background-robust regime cut each train leaf out with its mask ({masks['usable']:,} of "
+            f"{masks['rows']:,} train photos have a usable mask; mean leaf share "
+            f"{masks['mean_leaf_share']:.2f}; masks SHA-256 `{masks['sha256'][:12]}…`) and pasted it, on "
+            f"{p['paste_p']:.0%} of samples, on one of {pool['n']} backgrounds ({kinds}; pool SHA-256 "
+            f"`{pool['sha256'][:12]}…`), the leaf scaled to {p['leaf_scale'][0]:g}–{p['leaf_scale'][1]:g} of "
+            f"its lab size, then changed light ({p['light'][0]:g}–{p['light'][1]:g}), white balance "
+            f"(±{p['white_balance']:g} per channel), gamma and focus on {p['photometric_p']:.0%} of pasted "
+            f"samples. Pool sources: {pool['sources']}.")
+    return "\n\n".join(text)
+
+
+def describe_penalty(record: dict[str, Any]) -> str:
+    """One sentence on the attribution penalty: whether it ran and why, from its measured cost."""
+    decision = record.get("attribution_penalty") or {}
+    if not decision:
+        return "The off-leaf attribution penalty was not considered in this run."
+    status = "ran" if decision.get("ran") else "was **not run**"
+    cost = decision.get("cost") or {}
+    timing = (f" (plain step {cost['plain_step_s']:.2f} s, penalised step {cost['penalised_step_s']:.2f} s)"
+              if cost.get("plain_step_s") else "")
+    return f"The off-leaf attribution penalty {status}: {decision['reason']}{timing}."
 
 
 # --------------------------------------------------------------------------- command line

@@ -65,6 +65,7 @@ class Job:
     teacher_sha256: str | None = None
     progress: bool = True
     env: DistEnv = field(default_factory=DistEnv)
+    paste: Any = None   # the background-robust regime's BackgroundPaste (None: the lab photos as they are)
 
     @property
     def num_classes(self) -> int:
@@ -154,7 +155,7 @@ class Trainer:
                                              layer_decay=self.cfg.get("layer_decay"))
         augment = AugmentParams.from_dict(self.cfg["augment"])
         self.train_set = TrainImages(job.train_rows, job.corpus_root, job.spec, augment,
-                                     cache=self.cfg["cache_images"])
+                                     cache=self.cfg["cache_images"], paste=job.paste)
         labels = self.train_set.labels
         self.sampler_weights = balanced_weights(labels) if self.cfg["imbalance"] == "sampler" else None
         self.class_weights = None

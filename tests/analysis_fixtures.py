@@ -44,6 +44,7 @@ class FixtureRun:
     class_map: dict
     test: pd.DataFrame            # row_id, rel_path, label (row_id order)
     preds: dict[str, np.ndarray]  # state -> predictions in ``test`` order
+    profile: str = PROFILE        # what a notebook opening this run must name (a one-regime smoke YAML)
 
     @property
     def run_dir(self) -> Path:
@@ -103,7 +104,10 @@ def build_run(base: Path, name: str = "run", states: tuple[str, ...] = ALL_STATE
     frame["row_id"] = frame["rel_path"].map(evidence.row_id)
     frame["group_id"] = np.arange(len(frame))
 
-    ctx = config.open_run(base / name, profile=PROFILE, data=str(corpus), overrides=overrides)
+    # the states written below are one regime's (the smoke profile itself trains two)
+    profile = base / f"{name}_one_regime.yaml"
+    profile.write_text(f"extends: {PROFILE}\ntraining:\n  regime: baseline\n")
+    ctx = config.open_run(base / name, profile=str(profile), data=str(corpus), overrides=overrides)
     run_dir = ctx.run_dir
     supports = frame["class_name"].value_counts().to_dict()
     class_map = taxonomy.build_class_map(supports)
@@ -141,7 +145,8 @@ def build_run(base: Path, name: str = "run", states: tuple[str, ...] = ALL_STATE
     test = test.reset_index(drop=True)
     preds = plant_predictions(test["label"].to_numpy(), class_map)
     write_predictions(run_dir, test, preds, class_map, states)
-    return FixtureRun(ctx=ctx, corpus=corpus, class_map=class_map, test=test, preds=preds)
+    return FixtureRun(ctx=ctx, corpus=corpus, class_map=class_map, test=test, preds=preds,
+                      profile=str(profile))
 
 
 STATE_FILES = {"reference": ("training", "training/reference"), "compact": ("training", "training/compact"),

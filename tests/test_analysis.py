@@ -259,7 +259,7 @@ def _execute(notebook: str, target: Path, parameters: dict) -> dict:
 def test_notebooks_execute_headless(tmp_path: Path) -> None:
     """Chapters 8 and 9 and the explorer run under papermill on a fixture run folder."""
     run = build_run(tmp_path)
-    chapter = {"run_dir": str(run.run_dir), "profile": run.ctx.profile, "data": run.ctx.data}
+    chapter = {"run_dir": str(run.run_dir), "profile": run.profile, "data": run.ctx.data}
     per_class = _execute("08_per_class", tmp_path / "08.ipynb", chapter)
     assert per_class.cells[0].source.startswith("# Chapter 8: Per-class analysis")
     assert (run.run_dir / "analysis/per_class.json").exists()

@@ -113,11 +113,19 @@ def test_chapter_trains_the_compact_model_from_the_reference_and_records_everyth
     val = pd.read_parquet(ctx.run_dir / "training/compact/predictions_val.parquet")
     assert record["models"]["compact"]["val_macro_f1"] == pytest.approx(score(val)["macro_f1"], abs=1e-12)
     accesses = locked_test.read_accesses(ctx.run_dir)
-    assert sorted(accesses["reader"]) == ["training/compact", "training/reference"]
-    assert (ctx.run_dir / "training/history.png").exists() and len(record["test_access"]) == 2
+    # the smoke profile trains both regimes: the shipped one on the plain paths, the baseline one deeper
+    assert sorted(accesses["reader"]) == ["training/baseline/compact", "training/baseline/reference",
+                                          "training/compact", "training/reference"]
+    assert (ctx.run_dir / "training/history.png").exists() and len(record["test_access"]) == 4
+    assert record["shipped_regime"] == "background_robust" and set(record["regimes"]) == {
+        "baseline", "background_robust"}
+    assert record["regimes"]["background_robust"]["models"] == record["models"]
+    assert "regime" not in record["regimes"]["baseline"]["models"]["compact"]["hyperparameters"]
+    assert "background_robust" in train.describe_regimes(record) and len(train.regime_table(record)) == 4
+    assert "not run" in train.describe_penalty(record)
     # a second run resumes nothing, re-reads nothing from the locked test, and records the same states
     again = train.run_chapter(ctx, progress=False)
-    assert len(locked_test.read_accesses(ctx.run_dir)) == 2
+    assert len(locked_test.read_accesses(ctx.run_dir)) == 4
     assert {k: m["checkpoint_sha256"] for k, m in again["models"].items()} == \
         {k: m["checkpoint_sha256"] for k, m in record["models"].items()}
     table = train.hyperparameter_table(record)

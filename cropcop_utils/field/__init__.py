@@ -10,6 +10,7 @@
   builds the cells on disk (leaf sets, donors, the composites manifest).
 * :mod:`.scores` — each state's lab test record and its zero-shot field results (per class, per source
   label); :mod:`.looks` — attribution measured over the cells; :mod:`.stats` — bootstrap intervals.
+* :mod:`.compare` — a training regime against the baseline on the same rows (paired intervals).
 * :mod:`.figures` and :mod:`.prose` — the chapter's plots and the sentences rendered from its record.
 * :mod:`.transfer` — the chapter's ``run_chapter``: it calls the modules above and writes ``field/``;
   the model card itself is :mod:`cropcop_utils.card`.

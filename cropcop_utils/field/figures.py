@@ -260,3 +260,100 @@ def save_figures(
         paths[name] = f"field/{name}.png"
         ch.save_figure(fig, paths[name], dpi=110)
     return paths
+
+
+def change_rows(comparison: dict[str, Any]) -> pd.DataFrame:
+    """One row per regime, state and measure: the change against the baseline with its interval."""
+    rows = []
+    for regime, entry in comparison.items():
+        for state, measures in entry["states"].items():
+            found: list[tuple[str, dict[str, Any] | None]] = [
+                ("lab test macro-F1", measures["lab_test"]["macro_f1"]),
+                ("field accuracy", (measures["field"] or {}).get("accuracy")),
+                ("field macro-F1", (measures["field"] or {}).get("macro_f1")),
+                *((f"cell {cell} accuracy", value) for cell, value in measures["cells"].items()),
+                ("background share of the gap", measures["background_share"]),
+                *(
+                    (f"off-leaf {method} ({cell})", value)
+                    for method, cells in measures["off_leaf"].items()
+                    for cell, value in cells.items()
+                ),
+            ]
+            for measure, value in found:
+                if value is None:
+                    continue
+                rows.append(
+                    {
+                        "regime": regime,
+                        "state": state,
+                        "measure": measure,
+                        "baseline": value.get("baseline"),
+                        "regime_value": value.get("regime"),
+                        "change": value.get("value"),
+                        "lo": value.get("lo"),
+                        "hi": value.get("hi"),
+                        "n": value.get("n"),
+                        "reason": value.get("reason"),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def plot_regime_changes(table: pd.DataFrame, states: Sequence[str] = ("compact", "pte")) -> Figure:
+    """Regime minus baseline per measure, for the float compact model and the .pte (95 % intervals)."""
+    measures = list(dict.fromkeys(table["measure"]))
+    fig = Figure(figsize=(8.0, 0.32 * len(measures) + 1.4))
+    ax = fig.subplots()
+    for offset, state in zip((-0.15, 0.15), states, strict=True):
+        part = table[(table["state"] == state) & table["change"].notna()]
+        y = np.array([measures.index(m) for m in part["measure"]]) + offset
+        change = part["change"].to_numpy(float)
+        lo = part["lo"].fillna(part["change"]).to_numpy(float)
+        hi = part["hi"].fillna(part["change"]).to_numpy(float)
+        ax.errorbar(change, y, xerr=[change - lo, hi - change], fmt="o", capsize=2, label=STATE_LABELS[state])
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_yticks(range(len(measures)), measures, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("change against the baseline regime (same rows; paired 95 % interval)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def paired_heatmaps(
+    galleries: dict[str, list[dict[str, Any]]],
+    method: str = "gradcam",
+    state: str = "compact",
+    pairs: int = 8,
+) -> list[dict[str, Any]]:
+    """The same images under each regime, side by side: gallery items of one method and state, matched
+    by the row their prediction is recorded under, alternating regimes."""
+    names = list(galleries)
+    chosen = {
+        name: {(g["cell"], g["key"]): g for g in items if g["method"] == method and g["state"] == state}
+        for name, items in galleries.items()
+    }
+    common = [k for k in chosen[names[0]] if all(k in chosen[n] for n in names[1:])][:pairs]
+    out = []
+    for key in common:
+        for name in names:
+            g = chosen[name][key]
+            mass = "n/a" if np.isnan(g["off_leaf"]) else f"{g['off_leaf']:.2f}"
+            out.append({**g, "title": f"{name} · {g['cell']}\n{method} {state}, off-leaf {mass}"})
+    return out
+
+
+def save_regime_figure(
+    ch: Chapter, comparison: dict[str, Any], galleries: dict[str, list[dict[str, Any]]] | None = None
+) -> dict[str, str]:
+    """The change table (``field/regime_changes.parquet``), its figure and the paired heat maps;
+    returns the figures' name → path (the chapter's ``plots``)."""
+    table = change_rows(comparison)
+    ch.write_parquet("field/regime_changes.parquet", table)
+    ch.save_figure(plot_regime_changes(table), "field/regime_changes.png", dpi=110)
+    paths = {"regime_changes": "field/regime_changes.png"}
+    items = paired_heatmaps(galleries) if galleries and len(galleries) > 1 else []
+    if items:
+        ch.save_figure(heatmap_gallery(items), "field/regime_heatmaps.png", dpi=110)
+        paths["regime_heatmaps"] = "field/regime_heatmaps.png"
+    return paths

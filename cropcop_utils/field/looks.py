@@ -75,8 +75,12 @@ def measure_attribution(
     preds: dict[str, pd.Series],
     spec: ImageSpec,
     params: dict[str, Any],
+    masses_out: dict[tuple[str, str, str], np.ndarray] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Off-leaf mass per method, state and cell (mean with interval); gallery items on the side."""
+    """Off-leaf mass per method, state and cell (mean with interval); gallery items on the side.
+
+    ``masses_out`` (when given) receives each image's mass under ``(method, state, cell)``, in the
+    cell's item order, so two regimes measured on the same items can be compared image by image."""
     n_boot, seed, level = int(params["bootstrap"]), int(params["seed"]), float(params["ci_level"])
     result: dict[str, Any] = {"gradcam": {}, "occlusion": {}}
     gallery: list[dict[str, Any]] = []
@@ -113,6 +117,8 @@ def measure_attribution(
                         state.max_batch or int(params["batch_size"]),
                     )
                 masses = attr.off_leaf_masses(maps, masks)
+                if masses_out is not None:
+                    masses_out[(method, name, cell)] = np.asarray(masses, dtype=np.float64)
                 result[method][name][cell] = mean_with_interval(masses, n_boot, seed, level, "maps")
                 if name in ("compact", "pte"):
                     for item, image, amap, mask, mass in list(

@@ -110,3 +110,56 @@ def swap_table(facts: dict[str, Any]) -> pd.DataFrame:
         row["background share of the gap"] = _ci(entry["background_share"])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _change(entry: dict[str, Any] | None) -> str:
+    """``regime against baseline, change ±x.x points [lo, hi]``, or ``n/a (reason)``."""
+    if not entry or entry.get("value") is None:
+        return _ci(entry)
+    text = f"{_pct(entry['regime'])} against {_pct(entry['baseline'])}, "
+    text += f"change {100 * entry['value']:+.1f} points"
+    if entry.get("lo") is not None:
+        text += f" [{100 * entry['lo']:+.1f}, {100 * entry['hi']:+.1f}]"
+    return text
+
+
+def regime_text(facts: dict[str, Any]) -> str:
+    """Per compared regime, the `.pte`'s and the float compact model's changes against the baseline."""
+    comparison = facts.get("comparison") or {}
+    if not comparison:
+        regime = facts.get("regime", "baseline")
+        return f"This run trained one regime (`{regime}`); there is nothing to set beside it."
+    lines = [
+        f"Shipped regime: **`{facts.get('regime')}`**. Every change is the regime minus the baseline on the "
+        "same rows (same images, same composites, same attribution images), with a paired bootstrap "
+        "interval in points."
+    ]
+    for name, entry in comparison.items():
+        for state in ("pte", "compact"):
+            s = entry["states"].get(state)
+            if s is None:
+                continue
+            field = s["field"] or {}
+            cam = (s["off_leaf"].get("gradcam") or {}).get("lab_field")
+            occ = (s["off_leaf"].get("occlusion") or {}).get("lab_field")
+            lines.append(
+                f"- **`{name}`, {facts['states'][state]['label']}**: field accuracy "
+                f"{_change(field.get('accuracy'))}; field macro-F1 {_change(field.get('macro_f1'))}; "
+                f"lab test macro-F1 {_change(s['lab_test']['macro_f1'])}; background share of the gap "
+                f"{_change(s['background_share'])}; off-leaf mass on `lab_field` "
+                + (f"(Grad-CAM) {_change(cam)}" if cam else f"(occlusion) {_change(occ)}")
+                + "."
+            )
+    return "\n".join(lines)
+
+
+def regime_table(facts: dict[str, Any]) -> pd.DataFrame:
+    """Every measure of every state, regime against baseline (the chapter's ``regime_changes`` table)."""
+    from .figures import change_rows
+
+    table = change_rows(facts.get("comparison") or {})
+    if not len(table):
+        return table
+    for column in ("baseline", "regime_value", "change", "lo", "hi"):
+        table[column] = table[column].astype(float).round(4)
+    return table

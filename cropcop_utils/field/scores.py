@@ -9,7 +9,7 @@ import pandas as pd
 
 from .. import metrics, state_models
 from ..evidence import Chapter, FingerprintMismatch
-from ..model_states import STATES
+from ..model_states import states_for
 from ..taxonomy import TaxonomyError, slug, split_name
 from . import composites as comp
 from .stats import interval_record, mean_with_interval, resampled_means
@@ -45,10 +45,12 @@ def classification(
     return out
 
 
-def lab_test_records(ch: Chapter, states: dict[str, state_models.LoadedState]) -> dict[str, pd.DataFrame]:
-    """Each state's recorded test predictions, proven to come from the file that was loaded."""
+def lab_test_records(ch: Chapter, states: dict[str, state_models.LoadedState],
+                     regime: Any = None) -> dict[str, pd.DataFrame]:
+    """Each state's recorded test predictions (of a regime; default the shipped one), proven to come
+    from the file that was loaded."""
     records = {}
-    for state in STATES:
+    for state in states_for(regime):
         frame = ch.read_parquet(state.path)
         if len(frame) and (frame["model_state"] != states[state.name].sha256).any():
             raise FingerprintMismatch(

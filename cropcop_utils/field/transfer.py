@@ -25,13 +25,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import locked_test, state_models
+from .. import locked_test, regimes, state_models
 from ..config import RunContext
 from ..evidence import Chapter
 from ..imaging import ImageSpec
 from ..model_states import STATE_LABELS
+from ..regimes import BASELINE, Regime
 from . import attribution as attr
-from . import bench, figures
+from . import bench, compare, figures
 from . import composites as comp
 from .looks import FLOAT_STATES, attribution_sets, measure_attribution
 from .scores import cell_results, classification, confusion_long, field_results, lab_test_records
@@ -145,34 +146,24 @@ def _mask_summary(table: pd.DataFrame, params: dict[str, Any], n_masked: int) ->
     }
 
 
-def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
-    """Score the field cohort with every state, measure where the models look, run the background swap."""
-    from ..split import load_frozen
-    from .cohort import field_root, scan_field
-
-    params = field_params(ctx, **options)
-    ch = Chapter(ctx.run_dir, "field")
-    frozen = load_frozen(ch)
-    names = frozen.class_names
-    spec = ImageSpec.from_section(ctx.section("image"))
-    with ch.native_output():  # ExecuTorch's C++ log lines go to field/native.log, not the book
-        states = state_models.load_states(ch, len(names))
-    lab_records = lab_test_records(ch, states)
+def _scored_regime(
+    ch: Chapter,
+    regime: Regime,
+    states: dict[str, state_models.LoadedState],
+    bench_in: dict[str, Any],
+    ctx: RunContext,
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """Everything chapter 10 measures for one regime's four states, on the rows every regime shares."""
+    names, cohort, root, lab, manifest = (bench_in[k] for k in ("names", "cohort", "root", "lab", "manifest"))
+    at = regime.path
+    lab_records = lab_test_records(ch, states, regime)
     preds = {s: lab_records[s].set_index("row_id")["pred"] for s in states}
-
-    root = field_root(ctx)
-    cohort = field_records = None
-    scan_summary: dict[str, Any] | None = None
-    if root is not None:
-        scan = scan_field(root, names, max_image_pixels=ctx.section("corpus").get("max_image_pixels"))
-        cohort, scan_summary = scan.rows, scan.summary
-        ch.write_parquet(COHORT, cohort[COHORT_COLUMNS])
-        ch.write_parquet("field/quarantine.parquet", scan.quarantine)
-        field_records = (
-            state_models.score_rows(states, cohort, root, ctx.section("image"), int(params["batch_size"]))
-            if len(cohort)
-            else None
-        )
+    field_records = (
+        state_models.score_rows(states, cohort, root, ctx.section("image"), int(params["batch_size"]))
+        if cohort is not None and len(cohort)
+        else None
+    )
     results: dict[str, Any] = {}
     confusions = []
     for name in states:
@@ -189,15 +180,102 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         }
         if field_records is not None:
             record = field_records[name]
-            ch.write_parquet(f"field/predictions_{name}.parquet", record)
+            ch.write_parquet(at(f"field/predictions_{name}.parquet"), record)
             results[name]["field"] = field_results(record, cohort, names, params)
             confusions.append(confusion_long(record, names, name))
             preds[name] = pd.concat([preds[name], record.set_index("row_id")["pred"]])
     if confusions:
-        ch.write_parquet("field/confusion.parquet", pd.concat(confusions, ignore_index=True))
+        ch.write_parquet(at("field/confusion.parquet"), pd.concat(confusions, ignore_index=True))
+    swap_records = (
+        state_models.score_rows(
+            states, manifest, ctx.run_dir / bench.COMPOSITES, ctx.section("image"), int(params["batch_size"])
+        )
+        if len(manifest)
+        else {}
+    )
+    for name, record in swap_records.items():
+        record = record.merge(manifest[["row_id", "cell", "source_row_id"]], on="row_id")
+        ch.write_parquet(at(f"field/swap_predictions_{name}.parquet"), record)
+        preds[name] = pd.concat([preds[name], record.set_index("row_id")["pred"]])
+    cells = bench.cell_frames(lab_records, lab.rows, field_records, swap_records, manifest)
+    swap = {name: cell_results(cells[name], params) for name in states}
+    masses: dict[tuple[str, str, str], np.ndarray] = {}
+    looks, gallery = measure_attribution(states, bench_in["sets"], preds, bench_in["spec"], params, masses)
+    return {
+        "results": results,
+        "swap": swap,
+        "looks": looks,
+        "gallery": gallery,
+        "confusions": confusions,
+        "lab_records": lab_records,
+        "field_records": field_records,
+        "cells": cells,
+        "masses": masses,
+    }
 
-    # the lab side of the benchmark: a sample of the locked test, its masks, donors from train
-    test_rows, accesses = read_lab_test(ctx, states)
+
+def compare_regimes(
+    measured: dict[str, dict[str, Any]], n_classes: int, params: dict[str, Any]
+) -> dict[str, Any]:
+    """Every regime against the baseline, state by state, on the same rows (paired intervals)."""
+    if BASELINE not in measured or len(measured) < 2:
+        return {}
+    base = measured[BASELINE]
+    out: dict[str, Any] = {}
+    for name, other in measured.items():
+        if name == BASELINE:
+            continue
+        per_state: dict[str, Any] = {}
+        attribution = compare.attribution_change(base["masses"], other["masses"], params)
+        for state in other["results"]:
+            per_state[state] = {
+                "lab_test": compare.classification_change(
+                    base["lab_records"][state], other["lab_records"][state], n_classes, params
+                ),
+                "field": None
+                if other["field_records"] is None
+                else compare.classification_change(
+                    base["field_records"][state], other["field_records"][state], n_classes, params
+                ),
+                "cells": compare.cells_change(base["cells"][state], other["cells"][state], params),
+                "background_share": compare.share_change(base["cells"][state], other["cells"][state], params),
+                "off_leaf": {method: by_state.get(state, {}) for method, by_state in attribution.items()},
+            }
+        out[name] = {"against": BASELINE, "states": per_state}
+    return out
+
+
+def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
+    """Score the field cohort with every state of every regime, measure where the models look, run the
+    background swap; with several regimes, compare each with the baseline on the same rows."""
+    from ..split import load_frozen
+    from .cohort import field_root, scan_field
+
+    params = field_params(ctx, **options)
+    ch = Chapter(ctx.run_dir, "field")
+    frozen = load_frozen(ch)
+    names = frozen.class_names
+    spec = ImageSpec.from_section(ctx.section("image"))
+    items = regimes.of_run(ctx)
+    shipped = regimes.shipped(items)
+    with ch.native_output():  # ExecuTorch's C++ log lines go to field/native.log, not the book
+        loaded = {r.name: state_models.load_states(ch, len(names), regime=r) for r in items}
+
+    root = field_root(ctx)
+    cohort = None
+    scan_summary: dict[str, Any] | None = None
+    if root is not None:
+        scan = scan_field(root, names, max_image_pixels=ctx.section("corpus").get("max_image_pixels"))
+        cohort, scan_summary = scan.rows, scan.summary
+        ch.write_parquet(COHORT, cohort[COHORT_COLUMNS])
+        ch.write_parquet("field/quarantine.parquet", scan.quarantine)
+
+    # the lab side of the benchmark, shared by every regime: a sample of the locked test, its masks,
+    # donors from train, the composites
+    accesses: dict[str, list] = {}
+    test_rows = None
+    for r in items:
+        test_rows, accesses[r.name] = read_lab_test(ctx, loaded[r.name])
     lab = bench.estimate_masks(
         bench.LeafSet(
             bench.sample_rows(test_rows, int(params["swap_n"]), int(params["seed"])), Path(ctx.corpus_root)
@@ -208,27 +286,28 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     donors = bench.LeafSet(frozen.rows_for("train"), Path(ctx.corpus_root))
     manifest = bench.build(ch, lab, cohort, root, donors, int(params["seed"]))
     ch.write_parquet("field/composites.parquet", manifest)
-    swap_records = (
-        state_models.score_rows(
-            states, manifest, ctx.run_dir / bench.COMPOSITES, ctx.section("image"), int(params["batch_size"])
-        )
-        if len(manifest)
-        else {}
-    )
-    for name, record in swap_records.items():
-        record = record.merge(manifest[["row_id", "cell", "source_row_id"]], on="row_id")
-        ch.write_parquet(f"field/swap_predictions_{name}.parquet", record)
-        preds[name] = pd.concat([preds[name], record.set_index("row_id")["pred"]])
-    cells = bench.cell_frames(lab_records, lab.rows, field_records, swap_records, manifest)
-    swap = {name: cell_results(cells[name], params) for name in states}
-
-    sets = attribution_sets(ctx, lab, manifest, cohort, root)
-    looks, gallery = measure_attribution(states, sets, preds, spec, params)
-    grid = attr.gradcam_grid(states["compact"].module, spec.size, int(params["gradcam_stage"]))
+    bench_in = {
+        "names": names,
+        "cohort": cohort,
+        "root": root,
+        "lab": lab,
+        "manifest": manifest,
+        "spec": spec,
+        "sets": attribution_sets(ctx, lab, manifest, cohort, root),
+    }
+    measured = {r.name: _scored_regime(ch, r, loaded[r.name], bench_in, ctx, params) for r in items}
+    mine = measured[shipped.name]
+    results, swap, looks = mine["results"], mine["swap"], mine["looks"]
+    grid = attr.gradcam_grid(loaded[shipped.name]["compact"].module, spec.size, int(params["gradcam_stage"]))
 
     plots = figures.save_figures(
-        ch, results, swap, lab, iou, manifest, cohort, root, gallery, confusions, names
+        ch, results, swap, lab, iou, manifest, cohort, root, mine["gallery"], mine["confusions"], names
     )
+    comparison = compare_regimes(measured, len(names), params)
+    if comparison:
+        plots.update(
+            figures.save_regime_figure(ch, comparison, {name: m["gallery"] for name, m in measured.items()})
+        )
     summary = headline_figures(results, swap, looks)
     record = ch.finish(
         figures=summary,
@@ -255,7 +334,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
                     "target": "the state's predicted class",
                 },
                 "occlusion": {
-                    "states": list(states),
+                    "states": list(loaded[shipped.name]),
                     "package": "captum (Occlusion)",
                     "window": int(params["occlusion_window"]),
                     "stride": int(params["occlusion_stride"]),
@@ -272,7 +351,23 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
             "n": {c: int((manifest["cell"] == c).sum()) for c in comp.COMPOSITE_CELLS},
             "states": swap,
         },
-        test_access=accesses,
+        test_access=accesses[shipped.name],
+        regime=shipped.name,
+        regimes={
+            r.name: {
+                "shipped": r.shipped,
+                "files": r.path("field/predictions_pte.parquet").rsplit("/", 1)[0],
+                "figures": headline_figures(
+                    measured[r.name]["results"], measured[r.name]["swap"], measured[r.name]["looks"]
+                ),
+                "states": measured[r.name]["results"],
+                "swap": measured[r.name]["swap"],
+                "attribution": measured[r.name]["looks"],
+                "test_access": accesses[r.name],
+            }
+            for r in items
+        },
+        comparison=comparison,
         classes=names,
         image=ctx.section("image"),
     )
