@@ -27,7 +27,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cropcop_utils import audit, config, hamming, imaging  # noqa: E402
+from cropcop_utils import audit, config, imaging  # noqa: E402
+from cropcop_utils.audit import pairs  # noqa: E402
 from cropcop_utils.evidence import row_id, sha256_file  # noqa: E402
 
 TOMATO = Path(__file__).resolve().parents[2] / "shared" / "data" / "plantvillage-tomato"
@@ -118,15 +119,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{int(result.candidates.capped.sum()):,} candidates verified)")
 
     codes, planted = planted_codes(args.hashes, args.planted, radius)
-    plan = hamming.best_plan(len(codes), radius)
+    plan = pairs.best_plan(len(codes), radius)
     start = time.perf_counter()
-    pairs = hamming.radius_pairs(codes, radius, workers=args.workers)
+    found_pairs = pairs.radius_pairs(codes, radius, workers=args.workers)
     seconds = time.perf_counter() - start
-    found = set(map(tuple, pairs[:, :2].tolist()))
+    found = set(map(tuple, found_pairs[:, :2].tolist()))
     missing = [tuple(p) for p in planted.tolist() if tuple(p) not in found]
     print(f"pairing {len(codes):,} hashes at pHash radius {radius}: {seconds:.1f} s on {args.workers} "
           f"workers (multi-index hashing, chunks {plan.widths}, flip budgets {plan.budgets}); "
-          f"{len(pairs):,} pairs, "
+          f"{len(found_pairs):,} pairs, "
           f"planted pairs found: {args.planted - len(missing):,}/{args.planted:,}")
     if missing:
         print(f"MISSING planted pairs, e.g. {missing[:5]}", file=sys.stderr)

@@ -13,7 +13,8 @@ import pytest
 from PIL import Image, ImageEnhance, PngImagePlugin
 from scipy.ndimage import gaussian_filter
 
-from cropcop_utils import audit, hamming
+from cropcop_utils import audit
+from cropcop_utils.audit import pairs
 from cropcop_utils.evidence import row_id, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -209,7 +210,7 @@ def test_cap_neighbours_matches_a_plain_reference() -> None:
     rng = np.random.default_rng(0)
     codes = rng.integers(0, 2**64 - 1, 300, dtype=np.uint64, endpoint=True)
     codes[100:160] = codes[0] ^ rng.integers(0, 2**10, 60).astype(np.uint64)  # a dense cluster
-    found = hamming.brute_force_pairs(codes, 20)
+    found = pairs.brute_force_pairs(codes, 20)
     second = rng.integers(0, 30, len(found))
     for k in (1, 3, 5):
         mask = audit.cap_neighbours(found[:, :2], found[:, 2], second, k)

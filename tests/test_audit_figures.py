@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from cropcop_utils import audit_figures
+from cropcop_utils.audit import figures as audit_figures
 
 
 def _near_pairs(scores: list[float], trusted: list[bool]) -> pd.DataFrame:

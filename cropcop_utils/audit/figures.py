@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from . import imaging
+from .. import imaging
 
 
 def gallery_sample(relationships: pd.DataFrame, n: int = 12) -> pd.DataFrame:
