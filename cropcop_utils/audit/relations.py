@@ -14,9 +14,11 @@ from .errors import AuditInputError
 from .hashing import ImageHashes
 
 KINDS = ("exact_bytes", "exact_pixels", "near")
-RELATIONSHIP_COLUMNS = ["row_id_a", "row_id_b", "rel_path_a", "rel_path_b", "kind", "phash_distance",
-                        "dhash_distance", "verify_score", "trusted", "class_a", "class_b", "label_conflict",
-                        "split_a", "split_b", "crosses_split"]
+RELATIONSHIP_COLUMNS = ["row_id_a", "row_id_b", "rel_path_a", "rel_path_b", "kind", "proposed_by",
+                        "verified_by", "phash_distance", "dhash_distance", "dihedral_distance",
+                        "dihedral_transform", "cosine", "verify_score", "geometry_matches",
+                        "geometry_inliers", "geometry_ratio", "geometry_mirrored", "trusted", "class_a",
+                        "class_b", "label_conflict", "split_a", "split_b", "crosses_split"]
 NO_SPLIT = "none"
 
 # --------------------------------------------------------------------------- exact relationships
@@ -88,37 +90,58 @@ class PixelGroups:
 
 
 # --------------------------------------------------------------------------- relationships
+NEAR_COLUMNS = ["proposed_by", "verified_by", "dihedral_distance", "dihedral_transform", "cosine",
+                "verify_score", "geometry_matches", "geometry_inliers", "geometry_ratio", "geometry_mirrored",
+                "trusted"]
+
+
 def relationship_table(
     rows: pd.DataFrame,
     hashes: ImageHashes,
     exact: pd.DataFrame,
-    near_pairs: np.ndarray,
-    near_scores: np.ndarray,
-    threshold: float,
+    near: pd.DataFrame,
 ) -> pd.DataFrame:
     """The contract's ``relationships.parquet``: exact pairs, then near candidates (trusted or not).
 
-    ``rows`` are the admitted manifest rows in hashing order; ``near_pairs`` are file positions.
+    ``rows`` are the admitted manifest rows in hashing order; ``near`` has file positions ``i``, ``j``
+    and :data:`NEAR_COLUMNS` (``verify_score`` is the SSIM; ``dihedral_transform`` applies to ``j``).
     Side a is the lexicographically smaller ``rel_path``.  ``label_conflict`` marks *trusted* pairs
     whose classes differ (an untrusted candidate with another label is just a similar image).
+    Exact pairs say ``proposed_by`` / ``verified_by`` = ``exact`` and carry no near scores (null).
     """
-    pos_i = np.concatenate([exact["i"].to_numpy(np.int64), near_pairs[:, 0].astype(np.int64)])
-    pos_j = np.concatenate([exact["j"].to_numpy(np.int64), near_pairs[:, 1].astype(np.int64)])
-    kind = np.concatenate([exact["kind"].to_numpy(object), np.full(len(near_pairs), "near", dtype=object)])
-    score = np.concatenate([np.ones(len(exact)), np.asarray(near_scores, dtype=np.float64)])
-    trusted = np.concatenate([np.ones(len(exact), dtype=bool), np.asarray(near_scores) >= threshold])
+    from .hashing import dihedral_inverse
+
+    pos_i = np.concatenate([exact["i"].to_numpy(np.int64), near["i"].to_numpy(np.int64)])
+    pos_j = np.concatenate([exact["j"].to_numpy(np.int64), near["j"].to_numpy(np.int64)])
+    kind = np.concatenate([exact["kind"].to_numpy(object), np.full(len(near), "near", dtype=object)])
     rel = rows["rel_path"].to_numpy(object)
     swap = rel[pos_i] > rel[pos_j]
     a = np.where(swap, pos_j, pos_i)
     b = np.where(swap, pos_i, pos_j)
     classes = rows["class_name"].to_numpy(object)
     splits = rows["inherited_split"].to_numpy(object)
+    filler = pd.DataFrame({"proposed_by": "exact", "verified_by": "exact", "verify_score": 1.0,
+                           "trusted": True}, index=range(len(exact)))
+    extra = pd.concat([filler, near[NEAR_COLUMNS].reset_index(drop=True)], ignore_index=True)
+    transform = extra["dihedral_transform"].astype("Int64")
+    swapped_near = swap & (kind == "near")
+    transform[swapped_near] = [dihedral_inverse(int(g)) for g in transform[swapped_near]]
     table = pd.DataFrame({
         "row_id_a": rows["row_id"].to_numpy(object)[a], "row_id_b": rows["row_id"].to_numpy(object)[b],
         "rel_path_a": rel[a], "rel_path_b": rel[b], "kind": kind,
+        "proposed_by": extra["proposed_by"].to_numpy(object),
+        "verified_by": extra["verified_by"].to_numpy(object),
         "phash_distance": pairs.hamming_distance(hashes.phash[a], hashes.phash[b]),
         "dhash_distance": pairs.hamming_distance(hashes.dhash[a], hashes.dhash[b]),
-        "verify_score": np.round(score, 4), "trusted": trusted,
+        "dihedral_distance": extra["dihedral_distance"].astype("Int64").to_numpy(),
+        "dihedral_transform": transform.to_numpy(),
+        "cosine": extra["cosine"].astype("Float64").round(4).to_numpy(),
+        "verify_score": extra["verify_score"].astype(float).round(4).to_numpy(),
+        "geometry_matches": extra["geometry_matches"].astype("Int64").to_numpy(),
+        "geometry_inliers": extra["geometry_inliers"].astype("Int64").to_numpy(),
+        "geometry_ratio": extra["geometry_ratio"].astype("Float64").round(4).to_numpy(),
+        "geometry_mirrored": extra["geometry_mirrored"].astype("boolean").to_numpy(),
+        "trusted": extra["trusted"].astype(bool).to_numpy(),
         "class_a": classes[a], "class_b": classes[b], "split_a": splits[a], "split_b": splits[b],
     })
     table["label_conflict"] = table["trusted"] & (table["class_a"] != table["class_b"])
