@@ -95,6 +95,12 @@ def mini(tmp_path_factory):
     files += [_write(root, "train/pear/u.png", _png_bytes(upright)),
               _write(root, "test/pear/u_sideways.png",
                      _png_bytes(upright.transpose(Image.Transpose.ROTATE_90), exif=exif))]
+    # Copies an augmenting tool leaves beside the original (all in train: they add no crossing).
+    m0 = _texture(40)
+    mirror, turn = m0.transpose(Image.Transpose.FLIP_LEFT_RIGHT), m0.transpose(Image.Transpose.ROTATE_90)
+    files += [_write(root, "train/pear/m0.png", _png_bytes(m0)),
+              _write(root, "train/pear/m_mirror.png", _png_bytes(mirror)),
+              _write(root, "train/pear/m_turn.png", _png_bytes(turn))]
     files += [_write(root, f"{'train' if s % 2 else 'test'}/pear/other_{s}.png", _png_bytes(_texture(s)))
               for s in range(20, 32)]
     rows = _rows(root, files)
@@ -139,6 +145,27 @@ def test_near_duplicates_are_found_and_verified(mini) -> None:
         pair = _pair(result, "train/apple/n0.png", f"test/apple/{variant}")
         assert pair["kind"] == "near" and pair["trusted"], variant
         assert pair["verify_score"] >= threshold and pair["phash_distance"] <= result.settings["phash_radius"]
+
+
+def test_flipped_and_turned_copies_come_from_the_dihedral_source(mini) -> None:
+    _, _, result = mini
+    for variant in ("m_mirror.png", "m_turn.png"):
+        pair = _pair(result, "train/pear/m0.png", f"train/pear/{variant}")
+        assert pair["trusted"] and "dihedral" in pair["proposed_by"].split("+"), variant
+        assert pair["dihedral_distance"] <= result.settings["dihedral_radius"] < pair["phash_distance"]
+        assert pair["dihedral_transform"] != 0 and pair["verified_by"]
+
+
+def test_every_near_pair_records_its_sources_and_scores(mini) -> None:
+    _, _, result = mini
+    rel = result.relationships
+    near = rel[rel["kind"] == "near"]
+    assert len(near) and (near["proposed_by"] != "").all()
+    assert set("+".join(near["proposed_by"]).split("+")) <= {"phash", "dihedral", "embedding"}
+    assert near["geometry_inliers"].notna().all() and near["cosine"].notna().all()
+    exact = rel[rel["kind"] != "near"]
+    assert (exact["proposed_by"] == "exact").all() and exact["geometry_inliers"].isna().all()
+    assert (near["trusted"] == (near["verified_by"] != "")).all()
 
 
 def test_unrelated_images_are_never_trusted(mini) -> None:
@@ -280,6 +307,12 @@ def test_settings_are_validated() -> None:
         audit.settings({"radius": 3})
     with pytest.raises(audit.AuditInputError, match="phash_radius <= table_radius"):
         audit.settings({"phash_radius": 20, "table_radius": 16})
+    with pytest.raises(audit.AuditInputError, match="dihedral_radius"):
+        audit.settings({"dihedral_radius": 64})
+    with pytest.raises(audit.AuditInputError, match="embedding_k"):
+        audit.settings({"embedding_k": -1})
+    with pytest.raises(audit.AuditInputError, match="geometry_min_inliers"):
+        audit.settings({"geometry_min_inliers": 2})
     with pytest.raises(audit.AuditInputError, match="manifest"):
         audit.admitted_rows(pd.DataFrame({"row_id": ["x"]}))
 

@@ -67,6 +67,7 @@ class NearCandidates:
     proposed: dict[str, np.ndarray]  # source -> bool: the source proposes this pair
     ssim: np.ndarray              # registered SSIM (the better of as-is and dihedral-undone); -inf: unscored
     geometry: geometry.GeometryScores
+    aligned_ssim: np.ndarray      # SSIM after warping b onto a by the homography (NaN: none fitted)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -85,17 +86,22 @@ class NearCandidates:
             names[flag] = np.where(names[flag] == "", source, names[flag] + "+" + source)
         return names
 
-    def geometry_ok(self, min_inliers: int, min_ratio: float) -> np.ndarray:
-        return (self.geometry.inliers >= min_inliers) & (self.geometry.ratio >= min_ratio)
+    def geometry_ok(self, min_inliers: int, min_ratio: float, min_ssim: float) -> np.ndarray:
+        aligned = np.nan_to_num(self.aligned_ssim, nan=-1.0)
+        return (self.geometry.inliers >= min_inliers) & (self.geometry.ratio >= min_ratio) & (
+            aligned >= min_ssim)
 
-    def accepted(self, ssim_threshold: float, min_inliers: int, min_ratio: float) -> np.ndarray:
+    def accepted(self, ssim_threshold: float, min_inliers: int, min_ratio: float,
+                 min_ssim: float) -> np.ndarray:
         """Verifier decision, whoever proposed the pair: SSIM or geometry confirms it."""
-        return self.scored & ((self.ssim >= ssim_threshold) | self.geometry_ok(min_inliers, min_ratio))
+        return self.scored & ((self.ssim >= ssim_threshold)
+                              | self.geometry_ok(min_inliers, min_ratio, min_ssim))
 
-    def verified_by(self, ssim_threshold: float, min_inliers: int, min_ratio: float) -> np.ndarray:
+    def verified_by(self, ssim_threshold: float, min_inliers: int, min_ratio: float,
+                    min_ssim: float) -> np.ndarray:
         names = np.full(len(self.pairs), "", dtype=object)
         ssim_ok = self.scored & (self.ssim >= ssim_threshold)
-        geo_ok = self.scored & self.geometry_ok(min_inliers, min_ratio)
+        geo_ok = self.scored & self.geometry_ok(min_inliers, min_ratio, min_ssim)
         names[ssim_ok] = "ssim"
         names[geo_ok] = np.where(ssim_ok[geo_ok], "ssim+geometry", "geometry")
         return names
@@ -221,10 +227,30 @@ def near_candidates(
     timings["ssim_seconds"] = time.perf_counter() - start
     start = time.perf_counter()
     geo = geometry.verify_pairs(hashes.keypoints, pairs[scored], workers=workers)
-    full = geometry.GeometryScores(np.zeros(m, np.int32), np.zeros(m, np.int32), np.zeros(m, np.float32),
-                                   np.zeros(m, bool))
-    for name in ("matches", "inliers", "ratio", "mirrored"):
+    full = geometry.empty_scores(m)
+    for name in ("matches", "inliers", "ratio", "mirrored", "homography"):
         getattr(full, name)[scored] = getattr(geo, name)
+    aligned = _aligned_ssim(hashes, pairs, full, int(cfg["geometry_min_inliers"]))
     timings["geometry_seconds"] = time.perf_counter() - start
     return NearCandidates(pairs, phash_d, dhash_d, dihedral_d, undo, cosine.astype(np.float32), capped,
-                          proposed, ssim, full, timings)
+                          proposed, ssim, full, aligned, timings)
+
+
+def _aligned_ssim(hashes: ImageHashes, pairs: np.ndarray, geo: geometry.GeometryScores,
+                  min_inliers: int) -> np.ndarray:
+    """SSIM of a and b warped onto a by the fitted homography, for pairs with enough inliers (NaN else)."""
+    out = np.full(len(pairs), np.nan, dtype=np.float32)
+    rows = np.flatnonzero((geo.inliers >= min_inliers) & np.isfinite(geo.homography).all(axis=(1, 2)))
+    if not len(rows):
+        return out
+    warped, weight, inside = [], [], []
+    for k in rows:
+        j = pairs[k, 1]
+        grey, mask = geometry.align(hashes.grey[j], geo.homography[k], bool(geo.mirrored[k]))
+        w, _ = geometry.align(hashes.weight[j], geo.homography[k], bool(geo.mirrored[k]))
+        warped.append(grey)
+        weight.append(w)
+        inside.append(mask)
+    out[rows] = verifier.weighted_ssim(hashes.grey[pairs[rows, 0]], np.stack(warped),
+                                       hashes.weight[pairs[rows, 0]], np.stack(weight), np.stack(inside))
+    return out

@@ -81,6 +81,7 @@ DEFAULTS: dict[str, Any] = {
     "verify_threshold": 0.87,  # SSIM that confirms a candidate (calibrated on synthetic truth)
     "geometry_min_inliers": 16,  # RANSAC homography inliers that confirm a candidate
     "geometry_min_ratio": 0.5,   # ... when at least this share of the matches
+    "geometry_min_ssim": 0.6,    # ... and b warped onto a by the homography reaches this SSIM
     "verify_batch": 512,
     "gallery_pairs": 12,
 }
@@ -108,9 +109,9 @@ def settings(ctx_or_section: Any) -> dict[str, Any]:
     if int(merged["embedding_px"]) < 32:
         raise AuditInputError("audit.embedding_px must be at least 32")
     if int(merged["geometry_min_inliers"]) < geometry.MIN_MATCHES or not 0 <= float(
-            merged["geometry_min_ratio"]) <= 1:
-        raise AuditInputError(f"audit.geometry_min_inliers must be >= {geometry.MIN_MATCHES} and "
-                              "audit.geometry_min_ratio in [0, 1]")
+            merged["geometry_min_ratio"]) <= 1 or not -1 <= float(merged["geometry_min_ssim"]) <= 1:
+        raise AuditInputError(f"audit.geometry_min_inliers must be >= {geometry.MIN_MATCHES}, "
+                              "audit.geometry_min_ratio in [0, 1] and audit.geometry_min_ssim in [-1, 1]")
     return merged
 
 
@@ -132,7 +133,7 @@ def admitted_rows(manifest: pd.DataFrame) -> pd.DataFrame:
 def near_table(candidates: NearCandidates, groups: PixelGroups, cfg: dict[str, Any]) -> pd.DataFrame:
     """Every proposed near pair expanded to file positions (``i``, ``j``) with :data:`NEAR_COLUMNS`."""
     decision = (float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
-                float(cfg["geometry_min_ratio"]))
+                float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]))
     chosen = candidates.any_source
     accepted = candidates.accepted(*decision)
     geo = candidates.geometry
@@ -142,7 +143,8 @@ def near_table(candidates: NearCandidates, groups: PixelGroups, cfg: dict[str, A
         "dihedral_transform": candidates.dihedral_transform,
         "cosine": pd.array(np.where(np.isnan(candidates.cosine), None, candidates.cosine), dtype="Float64"),
         "verify_score": candidates.ssim, "geometry_matches": geo.matches, "geometry_inliers": geo.inliers,
-        "geometry_ratio": geo.ratio, "geometry_mirrored": geo.mirrored, "trusted": accepted,
+        "geometry_ratio": geo.ratio, "geometry_mirrored": geo.mirrored,
+        "geometry_ssim": candidates.aligned_ssim, "trusted": accepted,
     })[chosen].reset_index(drop=True)
     expanded, source = groups.expand(candidates.pairs[chosen])
     near = per_pair.iloc[source].reset_index(drop=True)
@@ -333,7 +335,8 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
                      "candidate_radius": int(cfg["table_radius"]), "thumbnail": verifier.THUMB,
                      "angles": list(verifier.ANGLES), "scales": list(verifier.SCALES),
                      "geometry": {"min_inliers": int(cfg["geometry_min_inliers"]),
-                                  "min_ratio": float(cfg["geometry_min_ratio"]), "side": geometry.SIDE,
+                                  "min_ratio": float(cfg["geometry_min_ratio"]),
+                                  "min_ssim": float(cfg["geometry_min_ssim"]), "side": geometry.SIDE,
                                   "features": geometry.FEATURES, "ransac_px": geometry.RANSAC_PX},
                      "candidates_found": int(len(candidates.pairs)),
                      "candidates_verified": int(candidates.scored.sum()),

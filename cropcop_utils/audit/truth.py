@@ -78,7 +78,7 @@ def _pair_set(pairs: np.ndarray) -> set[tuple[int, int]]:
 # --------------------------------------------------------------------------- threshold evidence
 def _decision(cfg: dict[str, Any]) -> tuple[float, int, float]:
     return (float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
-            float(cfg["geometry_min_ratio"]))
+            float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]))
 
 
 def _expanded(candidates: NearCandidates, groups: PixelGroups, mask: np.ndarray) -> set[tuple[int, int]]:
@@ -134,9 +134,9 @@ def verifier_calibration(
     """Confirmed pairs (and with truth precision / recall) per SSIM threshold, for every proposed pair,
     the geometric verifier's decision held at the profile's settings."""
     thresholds = np.round(np.arange(0.50, 1.0001, 0.01), 2) if thresholds is None else np.asarray(thresholds)
-    _, min_inliers, min_ratio = _decision(cfg)
+    _, min_inliers, min_ratio, min_ssim = _decision(cfg)
     proposed = candidates.any_source
-    geo_ok = candidates.scored & candidates.geometry_ok(min_inliers, min_ratio)
+    geo_ok = candidates.scored & candidates.geometry_ok(min_inliers, min_ratio, min_ssim)
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
     for t in thresholds:
@@ -160,19 +160,20 @@ def geometry_calibration(
     exact: pd.DataFrame,
     cfg: dict[str, Any],
     truth: Truth,
-    inliers: Sequence[int] = tuple(range(6, 41, 2)),
+    aligned: Sequence[float] = tuple(np.round(np.arange(0.3, 0.951, 0.05), 2)),
 ) -> pd.DataFrame:
-    """Precision and recall per minimum RANSAC inlier count, the SSIM threshold held at the profile's."""
-    threshold, _, min_ratio = _decision(cfg)
+    """Precision and recall per minimum aligned SSIM of the geometric verifier, its inlier thresholds
+    and the plain SSIM threshold held at the profile's."""
+    threshold, min_inliers, min_ratio, _ = _decision(cfg)
     proposed = candidates.any_source
     ssim_ok = candidates.ssim >= threshold
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
-    for k in inliers:
-        kept = proposed & (ssim_ok | (candidates.scored & candidates.geometry_ok(int(k), min_ratio)))
-        near = _expanded(candidates, groups, kept)
+    for s in aligned:
+        geo_ok = candidates.scored & candidates.geometry_ok(min_inliers, min_ratio, float(s))
+        near = _expanded(candidates, groups, proposed & (ssim_ok | geo_ok))
         result = truth.evaluate(exact_set | near, near)
-        rows.append({"min_inliers": int(k), "recall_near_duplicate": result["near_duplicate_recall"],
+        rows.append({"min_aligned_ssim": float(s), "recall_near_duplicate": result["near_duplicate_recall"],
                      "recall_reshot": result["reshot_recall"], "precision_near": result["near_precision"],
                      "false_near_pairs": result["false_near_pairs"]})
     return pd.DataFrame(rows)
