@@ -161,7 +161,7 @@ def test_every_near_pair_records_its_sources_and_scores(mini) -> None:
     rel = result.relationships
     near = rel[rel["kind"] == "near"]
     assert len(near) and (near["proposed_by"] != "").all()
-    assert set("+".join(near["proposed_by"]).split("+")) <= {"phash", "dihedral", "embedding"}
+    assert set("+".join(near["proposed_by"]).split("+")) <= {"phash", "dihedral", "embedding", "rings"}
     assert near["geometry_inliers"].notna().all() and near["cosine"].notna().all()
     exact = rel[rel["kind"] != "near"]
     assert (exact["proposed_by"] == "exact").all() and exact["geometry_inliers"].isna().all()

@@ -10,6 +10,9 @@ Three sources propose pairs between distinct pixel contents (one representative 
   capped the same way.  The winning symmetry is recorded and undone before the SSIM verifier looks.
 * ``embedding`` — each image's ``audit.embedding_k`` nearest neighbours in the ImageNet EfficientNet-Lite0
   embedding with cosine similarity of at least ``audit.embedding_min_cosine`` (:mod:`.embedding`).
+* ``rings`` — each image's ``audit.rings_k`` nearest neighbours by the correlation of ring spectra
+  (:func:`.hashing.ring_spectrum`, unchanged by a turn of any angle about the centre), at least
+  ``audit.rings_min_correlation``: the arbitrary turns that neither hash nor embedding sees.
 
 Every proposed pair is scored by the registered SSIM (:mod:`.verifier`) and by ORB + RANSAC
 (:mod:`.geometry`); a pair is trusted when either verifier accepts it (:func:`NearCandidates.accepted`).
@@ -26,7 +29,7 @@ from . import embedding, geometry, verifier
 from . import pairs as pair_search
 from .hashing import ImageHashes, dihedral_apply
 
-SOURCES = ("phash", "dihedral", "embedding")
+SOURCES = ("phash", "dihedral", "embedding", "rings")
 
 
 def cap_neighbours(pairs: np.ndarray, primary: np.ndarray, secondary: np.ndarray, k: int) -> np.ndarray:
@@ -188,8 +191,20 @@ def near_candidates(
         embed_pairs = np.sort(representatives[local], axis=1) if len(local) else embed_pairs
     timings["embedding_search_seconds"] = time.perf_counter() - start
 
-    every = np.concatenate([table_pairs[table_capped], dihedral_pairs, embed_pairs]).astype(np.int64)
-    every = np.concatenate([table_pairs, every])
+    start = time.perf_counter()
+    ring_pairs = np.zeros((0, 2), np.int64)
+    if int(cfg["rings_k"]) > 0 and len(hashes.rings):
+        # Correlation = cosine of the spectra centred on the corpus mean and scaled per feature.
+        rings = hashes.rings[representatives].astype(np.float64)
+        rings = (rings - rings.mean(axis=0)) / (rings.std(axis=0) + 1e-6)
+        rings /= np.linalg.norm(rings, axis=1, keepdims=True) + 1e-12
+        local, _ = embedding.neighbour_pairs(rings.astype(np.float32), int(cfg["rings_k"]),
+                                             float(cfg["rings_min_correlation"]))
+        ring_pairs = np.sort(representatives[local], axis=1) if len(local) else ring_pairs
+    timings["rings_search_seconds"] = time.perf_counter() - start
+
+    proposals = [dihedral_pairs, embed_pairs, ring_pairs]
+    every = np.concatenate([table_pairs, table_pairs[table_capped], *proposals]).astype(np.int64)
     pairs, inverse = np.unique(every, axis=0, return_inverse=True)
     inverse = inverse.ravel()
     m = len(pairs)
@@ -207,11 +222,10 @@ def near_candidates(
     dhash_d = pair_search.hamming_distance(hashes.dhash[pairs[:, 0]], hashes.dhash[pairs[:, 1]]) \
         if m else np.zeros(0, np.int64)
     dihedral_d, dihedral_g = dihedral_match(hashes, pairs)
-    proposed = {
-        "phash": capped & (phash_d <= int(cfg["phash_radius"])),
-        "dihedral": flag(inverse[offset:offset + len(dihedral_pairs)]),
-        "embedding": flag(inverse[offset + len(dihedral_pairs):]),
-    }
+    proposed = {"phash": capped & (phash_d <= int(cfg["phash_radius"]))}
+    for source, found in zip(SOURCES[1:], proposals, strict=True):
+        proposed[source] = flag(inverse[offset:offset + len(found)])
+        offset += len(found)
     if hashes.embedding is not None and m:
         cosine = np.einsum("ij,ij->i", hashes.embedding[pairs[:, 0]], hashes.embedding[pairs[:, 1]])
     else:

@@ -5,11 +5,12 @@ Relationships between admitted images, strongest first:
 * ``exact_bytes`` — identical files (the manifest's SHA-256).
 * ``exact_pixels`` — different files, identical decoded pixels (same image re-saved with other metadata):
   SHA-256 of the RGB array (after EXIF orientation) and its size.
-* ``near`` — candidate-then-verify.  Three sources propose pairs (:mod:`.candidates`): pHash within
+* ``near`` — candidate-then-verify.  Four sources propose pairs (:mod:`.candidates`): pHash within
   ``audit.phash_radius`` (searched to ``audit.table_radius`` for the threshold table), the pHash of the
-  eight flips and quarter turns within ``audit.dihedral_radius``, and nearest neighbours in the ImageNet
-  EfficientNet-Lite0 embedding (``audit.embedding_k``, ``audit.embedding_min_cosine``); pHash and
-  dihedral candidates are capped at ``audit.max_neighbours`` partners per image.  Two verifiers score
+  eight flips and quarter turns within ``audit.dihedral_radius``, nearest neighbours in the ImageNet
+  EfficientNet-Lite0 embedding (``audit.embedding_k``, ``audit.embedding_min_cosine``) and nearest
+  neighbours by a turn-invariant ring spectrum (``audit.rings_k``, ``audit.rings_min_correlation``);
+  pHash and dihedral candidates are capped at ``audit.max_neighbours`` partners per image.  Two verifiers score
   every candidate: the registered, subject-weighted SSIM (:mod:`.verifier`, ``audit.verify_threshold``)
   and ORB + RANSAC homography inliers (:mod:`.geometry`, ``audit.geometry_min_inliers`` and
   ``audit.geometry_min_ratio``).  A proposed pair that either verifier accepts is *trusted*; every
@@ -75,9 +76,11 @@ DEFAULTS: dict[str, Any] = {
     "table_radius": 16,       # the threshold table covers pHash radius 0..table_radius
     "max_neighbours": 4,      # candidates kept per image and source (nearest by pHash, then dHash)
     "dihedral_radius": 8,     # flips / quarter turns: bits between pHash(a) and a symmetry's pHash of b
-    "embedding_k": 3,         # nearest embedding neighbours proposed per image (0: no embedding source)
-    "embedding_min_cosine": 0.8,  # ... when at least this similar
+    "embedding_k": 6,         # nearest embedding neighbours proposed per image (0: no embedding source)
+    "embedding_min_cosine": 0.6,  # ... when at least this similar
     "embedding_px": 96,       # side of the square the embedding network sees
+    "rings_k": 4,             # nearest ring-spectrum neighbours proposed per image (0: no rings source)
+    "rings_min_correlation": 0.85,  # ... when their spectra correlate at least this much
     "verify_threshold": 0.87,  # SSIM that confirms a candidate (calibrated on synthetic truth)
     "geometry_min_inliers": 16,  # RANSAC homography inliers that confirm a candidate
     "geometry_min_ratio": 0.5,   # ... when at least this share of the matches
@@ -106,6 +109,8 @@ def settings(ctx_or_section: Any) -> dict[str, Any]:
         raise AuditInputError("audit.max_neighbours must be at least 1")
     if int(merged["embedding_k"]) < 0 or not -1 <= float(merged["embedding_min_cosine"]) <= 1:
         raise AuditInputError("audit.embedding_k must be >= 0 and audit.embedding_min_cosine in [-1, 1]")
+    if int(merged["rings_k"]) < 0 or not -1 <= float(merged["rings_min_correlation"]) <= 1:
+        raise AuditInputError("audit.rings_k must be >= 0 and audit.rings_min_correlation in [-1, 1]")
     if int(merged["embedding_px"]) < 32:
         raise AuditInputError("audit.embedding_px must be at least 32")
     if int(merged["geometry_min_inliers"]) < geometry.MIN_MATCHES or not 0 <= float(

@@ -148,7 +148,8 @@ def plot_recall_by_source(by_source: pd.DataFrame) -> Figure:
     columns = [("recall", "trusted (all sources)", "black")] + [
         (c, c.replace("proposed_", "proposed: "), colour)
         for c, colour in (("proposed_phash", "tab:blue"), ("proposed_dihedral", "tab:orange"),
-                          ("proposed_embedding", "tab:green")) if c in by_source]
+                          ("proposed_embedding", "tab:green"), ("proposed_rings", "tab:purple"))
+        if c in by_source]
     fig, ax = plt.subplots(figsize=(12, 3.8))
     x = np.arange(len(kinds))
     width = 0.8 / len(columns)

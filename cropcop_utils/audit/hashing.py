@@ -7,6 +7,8 @@ contract (EXIF orientation applied).  From the decoded picture:
 * 64-bit pHash (``imagehash``'s definition) and dHash, and the pHash of each of the eight dihedral
   transforms (quarter turns, with and without a mirror) of the same 32×32 grey image — a flipped or
   quarter-turned copy has, as one of its eight, nearly the original's pHash;
+* a ring spectrum (:func:`ring_spectrum`): mean and angular Fourier magnitudes of concentric rings
+  about the centre, which a turn by any angle about the centre (or a mirror) leaves unchanged;
 * the SSIM verifier's thumbnail and subject weight (:mod:`.verifier`);
 * ORB keypoints of a small grey square, plain and mirrored (:mod:`.geometry`);
 * optionally the global-pooled features of the ImageNet EfficientNet-Lite0 (:mod:`.embedding`),
@@ -38,6 +40,11 @@ from . import embedding, geometry, verifier
 from .errors import AuditInputError
 
 HASH_COLUMNS = ["row_id", "phash", "dhash", "pixel_sha256"]
+RING_SIDE = 64                     # the ring spectrum samples a grey square of this side
+RING_RADII = np.arange(2, 31, 2)   # ring radii in px of that square (the inscribed disc, corners left out)
+RING_ANGLES = 64                   # samples around each ring
+RING_HARMONICS = 6                 # angular Fourier magnitudes kept per ring (low orders: robust to noise)
+RING_FEATURES = len(RING_RADII) * (1 + RING_HARMONICS)
 INLINE_BELOW = 256  # smaller corpora are hashed in-process: a pool costs more than it saves
 HASH_SIDE_LIMIT = 64  # images are box-reduced to about this short side before hashing
 DIHEDRAL = ("identity", "rot90", "rot180", "rot270", "mirror", "mirror_rot90", "mirror_rot180",
@@ -54,6 +61,7 @@ class ImageHashes:
     grey: np.ndarray         # (N, THUMB, THUMB) uint8 thumbnails for the verifier
     weight: np.ndarray       # (N, THUMB, THUMB) uint8 subject weights
     dihedral: np.ndarray = field(default_factory=lambda: np.zeros((0, 8), np.uint64))  # (N, 8) pHashes
+    rings: np.ndarray = field(default_factory=lambda: np.zeros((0, RING_FEATURES), np.float32))
     keypoints: list[geometry.Keypoints] = field(default_factory=list)
     embedding: np.ndarray | None = None  # (N, D) float32, unit length; None when not computed
     seconds: float = 0.0
@@ -90,6 +98,24 @@ def dihedral_phashes(grey: Image.Image) -> np.ndarray:
     stack = np.stack([dihedral_apply(pixels, g) for g in range(8)])
     low = dct(dct(stack, axis=1), axis=2)[:, :8, :8].reshape(8, 64)
     return _pack_bits(low > np.median(low, axis=1, keepdims=True))
+
+
+def ring_spectrum(grey: Image.Image) -> np.ndarray:
+    """Rotation- and mirror-invariant descriptor of a picture's centre disc: per ring, its mean and the
+    magnitudes of its first angular Fourier harmonics (a turn shifts each ring's samples, a mirror
+    reverses them; neither changes the magnitudes).  Hand-written: no library ships this small
+    descriptor; ``scipy.ndimage.map_coordinates`` samples the rings."""
+    from scipy.ndimage import map_coordinates
+
+    pixels = np.asarray(grey.convert("L").resize((RING_SIDE, RING_SIDE), Image.Resampling.BILINEAR),
+                        dtype=np.float32)
+    theta = np.linspace(0, 2 * np.pi, RING_ANGLES, endpoint=False)
+    centre = (RING_SIDE - 1) / 2
+    ys = centre + RING_RADII[:, None] * np.sin(theta)[None]
+    xs = centre + RING_RADII[:, None] * np.cos(theta)[None]
+    rings = map_coordinates(pixels, [ys, xs], order=1, mode="nearest")
+    spectrum = np.abs(np.fft.rfft(rings, axis=1))[:, 1:RING_HARMONICS + 1] / RING_ANGLES
+    return np.concatenate([rings.mean(axis=1), spectrum.ravel()]).astype(np.float32)
 
 
 def dhash64(grey: Image.Image) -> int:
@@ -143,6 +169,7 @@ def fingerprint_image(
     dihedral = dihedral_phashes(grey)
     thumb, weight = verifier.thumbnail(hash_input)
     out = {"phash": int(dihedral[0]), "dhash": dhash64(grey), "dihedral": dihedral, "digest": digest,
+           "rings": ring_spectrum(grey),
            "thumb": thumb, "weight": weight, "keypoints": geometry.keypoints(small)}
     if embed_side:
         out["square"] = np.asarray(small.resize((embed_side, embed_side), Image.Resampling.BILINEAR))
@@ -157,6 +184,7 @@ def _hash_chunk(root: str, rel_paths: list[str], shas: list[str | None], max_ima
         "phash": np.array([o["phash"] for o in out], dtype=np.uint64),
         "dhash": np.array([o["dhash"] for o in out], dtype=np.uint64),
         "dihedral": np.stack([o["dihedral"] for o in out]),
+        "rings": np.stack([o["rings"] for o in out]),
         "digest": [o["digest"] for o in out], "thumb": np.stack([o["thumb"] for o in out]),
         "weight": np.stack([o["weight"] for o in out]), "keypoints": [o["keypoints"] for o in out],
         "embedding": None, "embed_seconds": 0.0,
@@ -215,6 +243,7 @@ def hash_images(
         grey=np.concatenate([r["thumb"] for r in results]),
         weight=np.concatenate([r["weight"] for r in results]),
         dihedral=np.concatenate([r["dihedral"] for r in results]),
+        rings=np.concatenate([r["rings"] for r in results]),
         keypoints=[kp for r in results for kp in r["keypoints"]],
         embedding=np.concatenate([r["embedding"] for r in results]) if embed_side else None,
         seconds=time.perf_counter() - start, embed_seconds=sum(r["embed_seconds"] for r in results),
