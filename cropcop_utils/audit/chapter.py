@@ -10,11 +10,12 @@ Relationships between admitted images, strongest first:
   eight flips and quarter turns within ``audit.dihedral_radius``, nearest neighbours in the ImageNet
   EfficientNet-Lite0 embedding (``audit.embedding_k``, ``audit.embedding_min_cosine``) and nearest
   neighbours by a turn-invariant ring spectrum (``audit.rings_k``, ``audit.rings_min_correlation``);
-  pHash and dihedral candidates are capped at ``audit.max_neighbours`` partners per image.  Two verifiers score
-  every candidate: the registered, subject-weighted SSIM (:mod:`.verifier`, ``audit.verify_threshold``)
-  and ORB + RANSAC homography inliers (:mod:`.geometry`, ``audit.geometry_min_inliers`` and
-  ``audit.geometry_min_ratio``).  A proposed pair that either verifier accepts is *trusted*; every
-  score, and who proposed and who confirmed it, is recorded either way.
+  pHash and dihedral candidates are capped at ``audit.max_neighbours`` partners per image.  Two
+  verifiers score every candidate: the registered, subject-weighted SSIM (:mod:`.verifier`,
+  ``audit.verify_threshold``) and ORB + RANSAC homography inliers confirmed by the SSIM after alignment
+  (:mod:`.geometry`, ``audit.geometry_min_inliers``, ``audit.geometry_min_ratio``,
+  ``audit.geometry_min_ssim``).  A proposed pair that either verifier accepts is *trusted*; every score,
+  and who proposed and who confirmed it, is recorded either way.
 
 A pair is recorded once, with its strongest kind.  Near candidates are searched between distinct pixel
 contents only (a byte copy adds no information) and expanded back to every file holding them.
