@@ -13,7 +13,7 @@ import pytest
 from PIL import Image, ImageEnhance, PngImagePlugin
 from scipy.ndimage import gaussian_filter
 
-from cropcop_utils import audit
+from cropcop_utils import audit, synthetic
 from cropcop_utils.audit import pairs
 from cropcop_utils.evidence import row_id, sha256_file
 
@@ -162,7 +162,10 @@ def test_every_near_pair_records_its_sources_and_scores(mini) -> None:
     near = rel[rel["kind"] == "near"]
     assert len(near) and (near["proposed_by"] != "").all()
     assert set("+".join(near["proposed_by"]).split("+")) <= {"phash", "dihedral", "embedding", "rings"}
-    assert near["geometry_inliers"].notna().all() and near["cosine"].notna().all()
+    assert near["cosine"].notna().all()
+    # geometry is asked wherever the SSIM is not already certain
+    sure = near["verify_score"].fillna(-1) >= audit.candidates.SURE_SSIM
+    assert (near["geometry_inliers"].notna() | sure).all() and near.loc[~sure, "geometry_ratio"].notna().all()
     exact = rel[rel["kind"] != "near"]
     assert (exact["proposed_by"] == "exact").all() and exact["geometry_inliers"].isna().all()
     assert (near["trusted"] == (near["verified_by"] != "")).all()
@@ -354,9 +357,17 @@ def test_planted_truth_is_recovered_on_the_synthetic_corpus(smoke_run) -> None:
     _, _, record = smoke_run
     truth = record["figures"]["synthetic"]
     assert truth["byte_copy_recall"] == 1.0
-    assert truth["near_duplicate_recall"] >= 0.95
-    assert truth["near_precision"] >= 0.95
+    # The smoke corpus is tiny (64 px, ~7 planted pairs per kind): the kinds a hash or its symmetries
+    # see must all be found; the default profile's figures are the book's evidence for the rest.
+    for kind in ("reencode", "resize", "crop", "brightness", "hflip", "vflip", "rot90"):
+        assert truth["recall"][kind] == 1.0, kind
+    assert truth["near_duplicate_recall"] >= 0.8
+    assert truth["near_precision"] >= 0.9
     assert truth["label_conflicts_found"] == truth["label_conflicts_planted"]
+    by_source = pd.DataFrame(record["figures"]["recall_by_source"]).set_index("kind")
+    assert set(by_source.index) == set(synthetic.PAIR_KINDS)
+    assert by_source.loc["hflip", "proposed_dihedral"] == 1.0 and by_source.loc["hflip", "proposed_phash"] < 1
+    assert "audit/recall_by_source.parquet" in record["outputs"]
     assert 0.0 <= truth["reshot_recall"] <= 1.0  # reported, not asserted: the hard case
     assert record["figures"]["inherited_partition"]["decision"] == "reject"
 

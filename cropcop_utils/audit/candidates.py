@@ -14,8 +14,15 @@ Three sources propose pairs between distinct pixel contents (one representative 
   (:func:`.hashing.ring_spectrum`, unchanged by a turn of any angle about the centre), at least
   ``audit.rings_min_correlation``: the arbitrary turns that neither hash nor embedding sees.
 
-Every proposed pair is scored by the registered SSIM (:mod:`.verifier`) and by ORB + RANSAC
+Proposed pairs are scored by the registered SSIM (:mod:`.verifier`) and by ORB + RANSAC
 (:mod:`.geometry`); a pair is trusted when either verifier accepts it (:func:`NearCandidates.accepted`).
+The SSIM verifier only speaks for *hash-close* pairs (within ``audit.phash_radius`` of pHash, or
+``audit.dihedral_radius`` of a symmetry's pHash): its threshold was calibrated where the pictures
+already agree in their coarse layout, and between two smooth, featureless subjects that a learned or
+ring neighbour search brings together from far apart in hash space it rates different leaves alike.
+So the cheap verifier runs first and only there; ORB + RANSAC then scores every proposed pair that the
+SSIM did not already confirm beyond doubt (:data:`SURE_SSIM`), so the SSIM calibration table stays exact
+up to that score.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from . import pairs as pair_search
 from .hashing import ImageHashes, dihedral_apply
 
 SOURCES = ("phash", "dihedral", "embedding", "rings")
+SURE_SSIM = 0.95  # a hash-close pair this similar is a copy: the geometric verifier is not asked
 
 
 def cap_neighbours(pairs: np.ndarray, primary: np.ndarray, secondary: np.ndarray, k: int) -> np.ndarray:
@@ -68,14 +76,21 @@ class NearCandidates:
     cosine: np.ndarray            # embedding cosine similarity (NaN without an embedding)
     capped: np.ndarray            # bool: a pHash pair within table_radius that survives the per-image cap
     proposed: dict[str, np.ndarray]  # source -> bool: the source proposes this pair
-    ssim: np.ndarray              # registered SSIM (the better of as-is and dihedral-undone); -inf: unscored
+    ssim: np.ndarray              # registered SSIM (the better of as-is and dihedral-undone); -inf: not asked
     geometry: geometry.GeometryScores
     aligned_ssim: np.ndarray      # SSIM after warping b onto a by the homography (NaN: none fitted)
+    hash_close: np.ndarray        # bool: within phash_radius, or dihedral_radius of a symmetry
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def scored(self) -> np.ndarray:
+        """The SSIM verifier was asked (hash-close proposals and the threshold table's pHash pairs)."""
         return np.isfinite(self.ssim)
+
+    @property
+    def geometry_done(self) -> np.ndarray:
+        """The geometric verifier was asked (every proposal but SSIM-certain copies)."""
+        return self.geometry.done
 
     @property
     def any_source(self) -> np.ndarray:
@@ -97,14 +112,14 @@ class NearCandidates:
     def accepted(self, ssim_threshold: float, min_inliers: int, min_ratio: float,
                  min_ssim: float) -> np.ndarray:
         """Verifier decision, whoever proposed the pair: SSIM or geometry confirms it."""
-        return self.scored & ((self.ssim >= ssim_threshold)
-                              | self.geometry_ok(min_inliers, min_ratio, min_ssim))
+        return (self.hash_close & (self.ssim >= ssim_threshold)) | self.geometry_ok(min_inliers, min_ratio,
+                                                                                     min_ssim)
 
     def verified_by(self, ssim_threshold: float, min_inliers: int, min_ratio: float,
                     min_ssim: float) -> np.ndarray:
         names = np.full(len(self.pairs), "", dtype=object)
-        ssim_ok = self.scored & (self.ssim >= ssim_threshold)
-        geo_ok = self.scored & self.geometry_ok(min_inliers, min_ratio, min_ssim)
+        ssim_ok = self.hash_close & (self.ssim >= ssim_threshold)
+        geo_ok = self.geometry_ok(min_inliers, min_ratio, min_ssim)
         names[ssim_ok] = "ssim"
         names[geo_ok] = np.where(ssim_ok[geo_ok], "ssim+geometry", "geometry")
         return names
@@ -230,7 +245,9 @@ def near_candidates(
         cosine = np.einsum("ij,ij->i", hashes.embedding[pairs[:, 0]], hashes.embedding[pairs[:, 1]])
     else:
         cosine = np.full(m, np.nan)
-    scored = capped | np.logical_or.reduce(list(proposed.values())) if m else np.zeros(0, bool)
+    any_source = np.logical_or.reduce(list(proposed.values())) if m else np.zeros(0, bool)
+    hash_close = (phash_d <= int(cfg["phash_radius"])) | (dihedral_d <= int(cfg["dihedral_radius"]))
+    scored = capped | (any_source & hash_close)
     # Undo a symmetry only where it explains the pair better than the picture as it is.
     undo = np.where(dihedral_d < phash_d, dihedral_g, 0).astype(np.int8)
 
@@ -240,14 +257,16 @@ def near_candidates(
                                 workers)
     timings["ssim_seconds"] = time.perf_counter() - start
     start = time.perf_counter()
-    geo = geometry.verify_pairs(hashes.keypoints, pairs[scored], workers=workers)
+    asked = any_source & ~(hash_close & (ssim >= SURE_SSIM))
+    geo = geometry.verify_pairs(hashes.keypoints, pairs[asked], workers=workers)
     full = geometry.empty_scores(m)
     for name in ("matches", "inliers", "ratio", "mirrored", "homography"):
-        getattr(full, name)[scored] = getattr(geo, name)
+        getattr(full, name)[asked] = getattr(geo, name)
+    full.done[asked] = True
     aligned = _aligned_ssim(hashes, pairs, full, int(cfg["geometry_min_inliers"]))
     timings["geometry_seconds"] = time.perf_counter() - start
     return NearCandidates(pairs, phash_d, dhash_d, dihedral_d, undo, cosine.astype(np.float32), capped,
-                          proposed, ssim, full, aligned, timings)
+                          proposed, ssim, full, aligned, hash_close, timings)
 
 
 def _aligned_ssim(hashes: ImageHashes, pairs: np.ndarray, geo: geometry.GeometryScores,

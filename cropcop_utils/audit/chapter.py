@@ -83,8 +83,8 @@ DEFAULTS: dict[str, Any] = {
     "rings_k": 4,             # nearest ring-spectrum neighbours proposed per image (0: no rings source)
     "rings_min_correlation": 0.85,  # ... when their spectra correlate at least this much
     "verify_threshold": 0.87,  # SSIM that confirms a candidate (calibrated on synthetic truth)
-    "geometry_min_inliers": 16,  # RANSAC homography inliers that confirm a candidate
-    "geometry_min_ratio": 0.5,   # ... when at least this share of the matches
+    "geometry_min_inliers": 24,  # RANSAC homography inliers that confirm a candidate
+    "geometry_min_ratio": 0.7,   # ... when at least this share of the matches
     "geometry_min_ssim": 0.6,    # ... and b warped onto a by the homography reaches this SSIM
     "verify_batch": 512,
     "gallery_pairs": 12,
@@ -143,14 +143,22 @@ def near_table(candidates: NearCandidates, groups: PixelGroups, cfg: dict[str, A
     chosen = candidates.any_source
     accepted = candidates.accepted(*decision)
     geo = candidates.geometry
+    done = geo.done
+
+    def asked(values: np.ndarray, dtype: str) -> pd.api.extensions.ExtensionArray:
+        return pd.array(np.where(done, values, None), dtype=dtype)
+
     per_pair = pd.DataFrame({
         "proposed_by": candidates.proposed_by(), "verified_by": candidates.verified_by(*decision),
         "dihedral_distance": candidates.dihedral_distance,
         "dihedral_transform": candidates.dihedral_transform,
         "cosine": pd.array(np.where(np.isnan(candidates.cosine), None, candidates.cosine), dtype="Float64"),
-        "verify_score": candidates.ssim, "geometry_matches": geo.matches, "geometry_inliers": geo.inliers,
-        "geometry_ratio": geo.ratio, "geometry_mirrored": geo.mirrored,
-        "geometry_ssim": candidates.aligned_ssim, "trusted": accepted,
+        "verify_score": pd.array(np.where(candidates.scored, candidates.ssim, None), dtype="Float64"),
+        "geometry_matches": asked(geo.matches, "Int64"), "geometry_inliers": asked(geo.inliers, "Int64"),
+        "geometry_ratio": asked(geo.ratio, "Float64"), "geometry_mirrored": asked(geo.mirrored, "boolean"),
+        "geometry_ssim": pd.array(np.where(np.isnan(candidates.aligned_ssim), None, candidates.aligned_ssim),
+                                  dtype="Float64"),
+        "trusted": accepted,
     })[chosen].reset_index(drop=True)
     expanded, source = groups.expand(candidates.pairs[chosen])
     near = per_pair.iloc[source].reset_index(drop=True)
@@ -345,7 +353,9 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
                                   "min_ssim": float(cfg["geometry_min_ssim"]), "side": geometry.SIDE,
                                   "features": geometry.FEATURES, "ransac_px": geometry.RANSAC_PX},
                      "candidates_found": int(len(candidates.pairs)),
-                     "candidates_verified": int(candidates.scored.sum()),
+                     "candidates_verified": int((candidates.scored | candidates.geometry_done).sum()),
+                     "ssim_scored": int(candidates.scored.sum()),
+                     "geometry_scored": int(candidates.geometry_done.sum()),
                      "proposed": {s: int(candidates.proposed[s].sum()) for s in SOURCES}},
         "embedding": ({"weights": embedding.weights_description(), "side": int(cfg["embedding_px"]),
                        "k": int(cfg["embedding_k"]), "min_cosine": float(cfg["embedding_min_cosine"])}

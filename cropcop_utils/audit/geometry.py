@@ -58,6 +58,11 @@ class GeometryScores:
     ratio: np.ndarray      # float32: inliers / matches (0 when nothing matched)
     mirrored: np.ndarray   # bool: the mirrored pass won
     homography: np.ndarray  # (M, 3, 3) float32: a's SIDE-px frame -> b's (mirrored b's when mirrored)
+    done: np.ndarray | None = None  # bool: the pair was matched (callers that skip pairs set it)
+
+    def __post_init__(self) -> None:
+        if self.done is None:
+            self.done = np.ones(len(self.inliers), dtype=bool)
 
 
 def _orb():
@@ -166,4 +171,4 @@ def verify_pairs(points: list[Keypoints], pairs: np.ndarray, workers: int = 1,
 def empty_scores(m: int) -> GeometryScores:
     """Scores of ``m`` pairs that were not matched (no matches, no homography)."""
     return GeometryScores(np.zeros(m, np.int32), np.zeros(m, np.int32), np.zeros(m, np.float32),
-                          np.zeros(m, bool), np.full((m, 3, 3), np.nan, np.float32))
+                          np.zeros(m, bool), np.full((m, 3, 3), np.nan, np.float32), np.zeros(m, bool))

@@ -160,11 +160,11 @@ def fingerprint_image(
     digest = pixel_digest(rgb)
     # Hashes and thumbnails need a small image only (pHash resamples to 32x32): an integer box reduction
     # first (as JPEG draft decoding would) makes them ~4x cheaper without changing what they see.
-    side_limit = max(HASH_SIDE_LIMIT, geometry.SIDE, embed_side)
-    factor = min(rgb.size) // side_limit
+    # Keypoints and the embedding get a larger reduction of the same picture.
+    factor = min(rgb.size) // max(HASH_SIDE_LIMIT, geometry.SIDE, embed_side)
     small = rgb.reduce(factor) if factor >= 2 else rgb
-    hash_factor = min(small.size) // HASH_SIDE_LIMIT
-    hash_input = small.reduce(hash_factor) if hash_factor >= 2 else small
+    hash_factor = min(rgb.size) // HASH_SIDE_LIMIT
+    hash_input = rgb.reduce(hash_factor) if hash_factor >= 2 else rgb
     grey = hash_input.convert("L")
     dihedral = dihedral_phashes(grey)
     thumb, weight = verifier.thumbnail(hash_input)

@@ -137,7 +137,7 @@ def relationship_table(
         "dihedral_distance": extra["dihedral_distance"].astype("Int64").to_numpy(),
         "dihedral_transform": transform.to_numpy(),
         "cosine": extra["cosine"].astype("Float64").round(4).to_numpy(),
-        "verify_score": extra["verify_score"].astype(float).round(4).to_numpy(),
+        "verify_score": extra["verify_score"].astype("Float64").round(4).to_numpy(),
         "geometry_matches": extra["geometry_matches"].astype("Int64").to_numpy(),
         "geometry_inliers": extra["geometry_inliers"].astype("Int64").to_numpy(),
         "geometry_ratio": extra["geometry_ratio"].astype("Float64").round(4).to_numpy(),

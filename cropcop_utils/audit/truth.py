@@ -136,11 +136,11 @@ def verifier_calibration(
     thresholds = np.round(np.arange(0.50, 1.0001, 0.01), 2) if thresholds is None else np.asarray(thresholds)
     _, min_inliers, min_ratio, min_ssim = _decision(cfg)
     proposed = candidates.any_source
-    geo_ok = candidates.scored & candidates.geometry_ok(min_inliers, min_ratio, min_ssim)
+    geo_ok = candidates.geometry_ok(min_inliers, min_ratio, min_ssim)
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
     for t in thresholds:
-        kept = proposed & (geo_ok | (candidates.ssim >= t))
+        kept = proposed & (geo_ok | (candidates.hash_close & (candidates.ssim >= t)))
         row: dict[str, Any] = {"threshold": float(t)}
         row["confirmed_pairs"] = int((groups.size(candidates.pairs[kept, 0])
                                       * groups.size(candidates.pairs[kept, 1])).sum()) if kept.any() else 0
@@ -166,11 +166,11 @@ def geometry_calibration(
     and the plain SSIM threshold held at the profile's."""
     threshold, min_inliers, min_ratio, _ = _decision(cfg)
     proposed = candidates.any_source
-    ssim_ok = candidates.ssim >= threshold
+    ssim_ok = candidates.hash_close & (candidates.ssim >= threshold)
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
     for s in aligned:
-        geo_ok = candidates.scored & candidates.geometry_ok(min_inliers, min_ratio, float(s))
+        geo_ok = candidates.geometry_ok(min_inliers, min_ratio, float(s))
         near = _expanded(candidates, groups, proposed & (ssim_ok | geo_ok))
         result = truth.evaluate(exact_set | near, near)
         rows.append({"min_aligned_ssim": float(s), "recall_near_duplicate": result["near_duplicate_recall"],
