@@ -109,17 +109,24 @@ class NearCandidates:
         return (self.geometry.inliers >= min_inliers) & (self.geometry.ratio >= min_ratio) & (
             aligned >= min_ssim)
 
-    def accepted(self, ssim_threshold: float, min_inliers: int, min_ratio: float,
-                 min_ssim: float) -> np.ndarray:
-        """Verifier decision, whoever proposed the pair: SSIM or geometry confirms it."""
-        return (self.hash_close & (self.ssim >= ssim_threshold)) | self.geometry_ok(min_inliers, min_ratio,
-                                                                                     min_ssim)
+    def both_agree(self, support_ssim: float, support_inliers: int) -> np.ndarray:
+        """Neither verifier is sure, but both lean the same way (re-shots: moved, relit leaves)."""
+        return self.hash_close & (self.ssim >= support_ssim) & (self.geometry.inliers >= support_inliers)
 
-    def verified_by(self, ssim_threshold: float, min_inliers: int, min_ratio: float,
-                    min_ssim: float) -> np.ndarray:
+    def accepted(self, ssim_threshold: float, min_inliers: int, min_ratio: float, min_ssim: float,
+                 support_ssim: float = 2.0, support_inliers: int = 0) -> np.ndarray:
+        """Verifier decision, whoever proposed the pair: SSIM (hash-close pairs), geometry, or both at
+        their lower support levels."""
+        return ((self.hash_close & (self.ssim >= ssim_threshold))
+                | self.geometry_ok(min_inliers, min_ratio, min_ssim)
+                | self.both_agree(support_ssim, support_inliers))
+
+    def verified_by(self, ssim_threshold: float, min_inliers: int, min_ratio: float, min_ssim: float,
+                    support_ssim: float = 2.0, support_inliers: int = 0) -> np.ndarray:
         names = np.full(len(self.pairs), "", dtype=object)
         ssim_ok = self.hash_close & (self.ssim >= ssim_threshold)
-        geo_ok = self.geometry_ok(min_inliers, min_ratio, min_ssim)
+        geo_ok = self.geometry_ok(min_inliers, min_ratio, min_ssim) | self.both_agree(support_ssim,
+                                                                                       support_inliers)
         names[ssim_ok] = "ssim"
         names[geo_ok] = np.where(ssim_ok[geo_ok], "ssim+geometry", "geometry")
         return names

@@ -82,10 +82,12 @@ DEFAULTS: dict[str, Any] = {
     "embedding_px": 96,       # side of the square the embedding network sees
     "rings_k": 4,             # nearest ring-spectrum neighbours proposed per image (0: no rings source)
     "rings_min_correlation": 0.85,  # ... when their spectra correlate at least this much
-    "verify_threshold": 0.87,  # SSIM that confirms a candidate (calibrated on synthetic truth)
-    "geometry_min_inliers": 24,  # RANSAC homography inliers that confirm a candidate
+    "verify_threshold": 0.90,  # SSIM that confirms a candidate (calibrated on synthetic truth)
+    "geometry_min_inliers": 20,  # RANSAC homography inliers that confirm a candidate
     "geometry_min_ratio": 0.7,   # ... when at least this share of the matches
     "geometry_min_ssim": 0.6,    # ... and b warped onto a by the homography reaches this SSIM
+    "support_ssim": 0.85,     # a hash-close pair is also trusted when SSIM reaches this ...
+    "support_inliers": 14,    # ... and the homography has this many inliers (both verifiers lean yes)
     "verify_batch": 512,
     "gallery_pairs": 12,
 }
@@ -139,7 +141,8 @@ def admitted_rows(manifest: pd.DataFrame) -> pd.DataFrame:
 def near_table(candidates: NearCandidates, groups: PixelGroups, cfg: dict[str, Any]) -> pd.DataFrame:
     """Every proposed near pair expanded to file positions (``i``, ``j``) with :data:`NEAR_COLUMNS`."""
     decision = (float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
-                float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]))
+                float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]), float(cfg["support_ssim"]),
+                int(cfg["support_inliers"]))
     chosen = candidates.any_source
     accepted = candidates.accepted(*decision)
     geo = candidates.geometry
@@ -351,6 +354,8 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
                      "geometry": {"min_inliers": int(cfg["geometry_min_inliers"]),
                                   "min_ratio": float(cfg["geometry_min_ratio"]),
                                   "min_ssim": float(cfg["geometry_min_ssim"]), "side": geometry.SIDE,
+                                  "support_ssim": float(cfg["support_ssim"]),
+                                  "support_inliers": int(cfg["support_inliers"]),
                                   "features": geometry.FEATURES, "ransac_px": geometry.RANSAC_PX},
                      "candidates_found": int(len(candidates.pairs)),
                      "candidates_verified": int((candidates.scored | candidates.geometry_done).sum()),

@@ -78,7 +78,8 @@ def _pair_set(pairs: np.ndarray) -> set[tuple[int, int]]:
 # --------------------------------------------------------------------------- threshold evidence
 def _decision(cfg: dict[str, Any]) -> tuple[float, int, float]:
     return (float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
-            float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]))
+            float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]), float(cfg["support_ssim"]),
+            int(cfg["support_inliers"]))
 
 
 def _expanded(candidates: NearCandidates, groups: PixelGroups, mask: np.ndarray) -> set[tuple[int, int]]:
@@ -134,13 +135,15 @@ def verifier_calibration(
     """Confirmed pairs (and with truth precision / recall) per SSIM threshold, for every proposed pair,
     the geometric verifier's decision held at the profile's settings."""
     thresholds = np.round(np.arange(0.50, 1.0001, 0.01), 2) if thresholds is None else np.asarray(thresholds)
-    _, min_inliers, min_ratio, min_ssim = _decision(cfg)
+    _, min_inliers, min_ratio, min_ssim, support_ssim, support_inliers = _decision(cfg)
     proposed = candidates.any_source
     geo_ok = candidates.geometry_ok(min_inliers, min_ratio, min_ssim)
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
     for t in thresholds:
-        kept = proposed & (geo_ok | (candidates.hash_close & (candidates.ssim >= t)))
+        # the joint rule moves with the threshold: its SSIM level never exceeds the threshold itself
+        both = candidates.both_agree(min(support_ssim, float(t)), support_inliers)
+        kept = proposed & (geo_ok | both | (candidates.hash_close & (candidates.ssim >= t)))
         row: dict[str, Any] = {"threshold": float(t)}
         row["confirmed_pairs"] = int((groups.size(candidates.pairs[kept, 0])
                                       * groups.size(candidates.pairs[kept, 1])).sum()) if kept.any() else 0
@@ -164,9 +167,10 @@ def geometry_calibration(
 ) -> pd.DataFrame:
     """Precision and recall per minimum aligned SSIM of the geometric verifier, its inlier thresholds
     and the plain SSIM threshold held at the profile's."""
-    threshold, min_inliers, min_ratio, _ = _decision(cfg)
+    threshold, min_inliers, min_ratio, _, support_ssim, support_inliers = _decision(cfg)
     proposed = candidates.any_source
-    ssim_ok = candidates.hash_close & (candidates.ssim >= threshold)
+    ssim_ok = candidates.hash_close & (candidates.ssim >= threshold) | candidates.both_agree(support_ssim,
+                                                                                              support_inliers)
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
     for s in aligned:
