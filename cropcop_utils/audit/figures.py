@@ -42,18 +42,19 @@ def plot_pair_gallery(sample: pd.DataFrame, corpus_root: str | os.PathLike, thre
         return fig
     for k, pair in enumerate(sample.itertuples(index=False)):
         r, c = divmod(k, columns)
-        verdict = "confirmed" if pair.trusted else "rejected"
         for side, (rel, cls, split) in enumerate(((pair.rel_path_a, pair.class_a, pair.split_a),
                                                   (pair.rel_path_b, pair.class_b, pair.split_b))):
             ax = axes[r, 2 * c + side]
             ax.imshow(imaging.open_rgb(Path(corpus_root) / rel))
             ax.set_title(f"{cls[:28]}\n{split}: {Path(rel).name[:26]}", fontsize=7)
         sources = getattr(pair, "proposed_by", "phash") or "-"
+        score = "n/a" if pd.isna(pair.verify_score) else f"{pair.verify_score:.3f}"
+        decided = f"confirmed by {getattr(pair, 'verified_by', '') or 'ssim'}" if pair.trusted else \
+            "rejected by both verifiers"
         inliers = getattr(pair, "geometry_inliers", None)
         geometry = f"  inliers {inliers}" if inliers is not None and not pd.isna(inliers) else ""
         axes[r, 2 * c].text(
-            0.0, -0.08, f"{sources}: pHash {pair.phash_distance}  SSIM "
-            f"{pair.verify_score:.3f}{geometry}\n({verdict} by {getattr(pair, 'verified_by', '') or 'none'}; "
+            0.0, -0.08, f"{sources}: pHash {pair.phash_distance}  SSIM {score}{geometry}\n({decided}; "
             f"SSIM threshold {threshold:.2f})",
             transform=axes[r, 2 * c].transAxes, fontsize=7.5, va="top",
             color="tab:green" if pair.trusted else "tab:red")
