@@ -21,8 +21,11 @@ def test_neighbour_pairs_are_symmetric_unique_and_thresholded() -> None:
 
 @pytest.mark.skipif(not pretrained.has_package_weights(embedding.ARCH), reason="no packaged weights")
 def test_embedding_is_unit_length_and_sees_a_flip_as_close() -> None:
+    from scipy.ndimage import gaussian_filter
+
     rng = np.random.default_rng(0)
-    squares = rng.integers(0, 255, (3, 64, 64, 3), dtype=np.uint8)
+    fields = gaussian_filter(rng.normal(size=(3, 96, 96, 3)), (0, 3, 3, 0))
+    squares = (128 + 60 * fields / fields.std()).clip(0, 255).astype(np.uint8)
     squares[1] = squares[0, :, ::-1]
     features = embedding.embed_squares(squares)
     assert features.shape == (3, embedding.DIM)

@@ -1,7 +1,8 @@
 """The audit's learned candidate source: nearest neighbours in a pretrained embedding.
 
-Each image's global-pooled features from the ImageNet EfficientNet-Lite0 (its packaged weights, built by
-:func:`cropcop_utils.pretrained.create_pretrained`; nothing is downloaded) are L2-normalised, and every
+Each image's global-pooled features from the ImageNet EfficientNet-Lite0 (the packaged TensorFlow-trained
+weights on timm's ``tf_efficientnet_lite0``, built by :func:`cropcop_utils.pretrained.create_pretrained`,
+inputs normalised as those weights expect; nothing is downloaded) are L2-normalised, and every
 image proposes its ``audit.embedding_k`` nearest neighbours by cosine similarity (scikit-learn's exact
 ``NearestNeighbors``), kept when the similarity reaches ``audit.embedding_min_cosine``.  Why a learned
 embedding: a crop of a third of the picture, a 40-degree turn, a perspective change or a re-shot under
@@ -12,10 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-ARCH = "efficientnet_lite0"
+ARCH = "tf_efficientnet_lite0"
 DIM = 1280                      # Lite0's pooled feature width
-MEAN = (0.485, 0.456, 0.406)    # ImageNet normalisation of the packaged weights
-STD = (0.229, 0.224, 0.225)
 BATCH = 64
 
 _MODEL = None
@@ -50,9 +49,11 @@ def embed_squares(squares: np.ndarray) -> np.ndarray:
     """Unit-length pooled features (N, DIM) float32 of RGB squares (N, S, S, 3) uint8."""
     import torch
 
+    from ..pretrained import INPUT_MEAN, INPUT_STD
+
     net = model()
-    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(STD).view(1, 3, 1, 1)
+    mean = torch.tensor(INPUT_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(INPUT_STD).view(1, 3, 1, 1)
     parts = []
     with torch.inference_mode():
         for k in range(0, len(squares), BATCH):
