@@ -83,7 +83,7 @@ DEFAULTS: dict[str, Any] = {
     "rings_k": 4,             # nearest ring-spectrum neighbours proposed per image (0: no rings source)
     "rings_min_correlation": 0.85,  # ... when their spectra correlate at least this much
     "verify_threshold": 0.90,  # SSIM that confirms a candidate (calibrated on synthetic truth)
-    "geometry_min_inliers": 20,  # RANSAC homography inliers that confirm a candidate
+    "geometry_min_inliers": 28,  # RANSAC homography inliers that confirm a candidate
     "geometry_min_ratio": 0.7,   # ... when at least this share of the matches
     "geometry_min_ssim": 0.6,    # ... and b warped onto a by the homography reaches this SSIM
     "support_ssim": 0.85,     # a hash-close pair is also trusted when SSIM reaches this ...
