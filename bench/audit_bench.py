@@ -3,10 +3,12 @@
     .venv/bin/python bench/audit_bench.py [--data PATH] [--limit 3000] [--workers 2] [--hashes 1000000]
 
 1. On the same files (default: the PlantVillage tomato folder when present, else a generated synthetic
-   corpus), images/s of the whole audit (hashing, pair search, verification: ``audit.audit_corpus``)
-   and of hashing alone, against images/s of plain decoding under the loading contract
-   (``imaging.open_rgb`` on the same process pool).  The ratio says what the audit costs over reading
-   the corpus once.
+   corpus), images/s of the whole audit (hashing, candidate search, both verifiers:
+   ``audit.audit_corpus``) and of hashing alone (every per-image fingerprint, keypoints and embedding
+   included), against images/s of plain decoding on the same process pool: full decoding under the
+   loading contract (``imaging.open_rgb``) and JPEG draft-mode decoding (one read per file, the DCT
+   scaled down to about the audit's working side).  The embedding's images per CPU second and its
+   share of the audit's time are printed too.
 2. The time to find every pair within the chosen pHash radius (the profile's ``audit.phash_radius``)
    among ``--hashes`` random 64-bit hashes with ``--planted`` near pairs planted at distances
    1..radius, and a check that every planted pair is found.
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import tempfile
@@ -27,7 +30,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cropcop_utils import audit, config, hamming, imaging  # noqa: E402
+from cropcop_utils import audit, config, imaging  # noqa: E402
+from cropcop_utils.audit import hashing, pairs  # noqa: E402
 from cropcop_utils.evidence import row_id, sha256_file  # noqa: E402
 
 TOMATO = Path(__file__).resolve().parents[2] / "shared" / "data" / "plantvillage-tomato"
@@ -40,14 +44,26 @@ def _decode_chunk(paths: list[str]) -> int:
     return len(paths)
 
 
-def decode_rate(root: Path, rel_paths: list[str], workers: int) -> float:
-    """Images/s of plain contract decoding on the same kind of process pool the audit uses."""
+def _draft_chunk(paths: list[str]) -> int:
+    """One read per file, then JPEG draft decoding (the DCT scaled to >= the audit's working side)."""
+    from PIL import Image
+
+    side = hashing.HASH_SIDE_LIMIT * 2
+    for path in paths:
+        with Image.open(io.BytesIO(Path(path).read_bytes())) as image:
+            image.draft("RGB", (side, side))
+            image.convert("RGB")
+    return len(paths)
+
+
+def decode_rate(root: Path, rel_paths: list[str], workers: int, draft: bool = False) -> float:
+    """Images/s of plain decoding on the same kind of process pool the audit uses."""
     paths = [str(root / r) for r in rel_paths]
     size = max(16, len(paths) // (workers * 8))
     chunks = [paths[i:i + size] for i in range(0, len(paths), size)]
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        done = sum(pool.map(_decode_chunk, chunks))
+        done = sum(pool.map(_draft_chunk if draft else _decode_chunk, chunks))
     return done / (time.perf_counter() - start)
 
 
@@ -108,25 +124,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corpus: {root} ({len(files):,} images, {args.workers} workers)", flush=True)
 
         decode = decode_rate(root, files, args.workers)
+        draft = decode_rate(root, files, args.workers, draft=True)
         start = time.perf_counter()
         result = audit.audit_corpus(rows, root, cfg, args.workers, progress=False)
-        whole = len(files) / (time.perf_counter() - start)
-        hashing = len(files) / result.hashes.seconds
+        seconds = time.perf_counter() - start
+        whole = len(files) / seconds
+        hashed = len(files) / result.hashes.seconds
+        embed = result.hashes.embed_seconds
         print(f"plain decode (imaging.open_rgb):   {decode:8.1f} images/s")
-        print(f"audit hashing only:                {hashing:8.1f} images/s  ({hashing / decode:.2f}x decode)")
+        print(f"JPEG draft decode, one read:       {draft:8.1f} images/s")
+        print(f"audit hashing (all fingerprints):  {hashed:8.1f} images/s  ({hashed / decode:.2f}x full "
+              f"decode, {hashed / draft:.2f}x draft decode)")
         print(f"whole audit (hash+search+verify):  {whole:8.1f} images/s  ({whole / decode:.2f}x decode; "
-              f"{int(result.candidates.capped.sum()):,} candidates verified)")
+              f"{int(result.candidates.scored.sum()):,} candidates verified)")
+        if embed:
+            print(f"embedding: {len(files) / embed:.1f} images per CPU second; {embed:.1f} CPU s = "
+                  f"{embed / (seconds * args.workers):.1%} of the audit's {args.workers}-worker time "
+                  f"({seconds:.1f} s wall)")
+        print("audit stages (s):", {k: round(v, 1) for k, v in result.candidates.timings.items()})
 
     codes, planted = planted_codes(args.hashes, args.planted, radius)
-    plan = hamming.best_plan(len(codes), radius)
+    plan = pairs.best_plan(len(codes), radius)
+    pairs.mih_pairs(codes[:1000], radius, plan)  # compile the numba passes outside the timing
     start = time.perf_counter()
-    pairs = hamming.radius_pairs(codes, radius, workers=args.workers)
+    found_pairs = pairs.radius_pairs(codes, radius, workers=args.workers)
     seconds = time.perf_counter() - start
-    found = set(map(tuple, pairs[:, :2].tolist()))
+    found = set(map(tuple, found_pairs[:, :2].tolist()))
     missing = [tuple(p) for p in planted.tolist() if tuple(p) not in found]
     print(f"pairing {len(codes):,} hashes at pHash radius {radius}: {seconds:.1f} s on {args.workers} "
           f"workers (multi-index hashing, chunks {plan.widths}, flip budgets {plan.budgets}); "
-          f"{len(pairs):,} pairs, "
+          f"{len(found_pairs):,} pairs, "
           f"planted pairs found: {args.planted - len(missing):,}/{args.planted:,}")
     if missing:
         print(f"MISSING planted pairs, e.g. {missing[:5]}", file=sys.stderr)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from cropcop_utils import audit_figures
+from cropcop_utils.audit import figures as audit_figures
 
 
 def _near_pairs(scores: list[float], trusted: list[bool]) -> pd.DataFrame:
@@ -40,14 +40,17 @@ def test_gallery_takes_the_weakest_confirmed_and_strongest_rejected_pairs():
 
 
 def test_pair_gallery_draws_both_images_of_each_pair(tmp_path):
-    pairs = _near_pairs([0.9, 0.5], [True, False])
+    pairs = _near_pairs([0.9, 0.5, None], [True, False, True])
+    pairs["verify_score"] = pairs["verify_score"].astype("Float64")  # None: SSIM not asked (geometry only)
+    pairs["proposed_by"], pairs["verified_by"] = ["phash", "phash", "embedding"], ["ssim", "", "geometry"]
     for rel in [*pairs["rel_path_a"], *pairs["rel_path_b"]]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         Image.new("RGB", (16, 16), (40, 160, 60)).save(tmp_path / rel)
     fig = audit_figures.plot_pair_gallery(pairs, tmp_path, threshold=0.87, columns=2)
-    assert sum(1 for ax in fig.axes if ax.images) == 4
+    assert sum(1 for ax in fig.axes if ax.images) == 6
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
-    assert any("confirmed" in t for t in texts) and any("rejected" in t for t in texts)
+    assert any("confirmed by ssim" in t for t in texts) and any("rejected" in t for t in texts)
+    assert any("embedding" in t and "SSIM n/a" in t and "confirmed by geometry" in t for t in texts)
     empty = audit_figures.plot_pair_gallery(pairs.iloc[:0], tmp_path, threshold=0.87)
     assert "no near candidates" in empty.axes[0].texts[0].get_text()
 

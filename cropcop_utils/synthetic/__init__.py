@@ -10,11 +10,14 @@ from .generator import (
     FIELD_DIR,
     GENERATOR,
     GENERATOR_VERSION,
+    GEOMETRIC_TRANSFORMS,
+    HASH_NEAR_TRANSFORMS,
     MASKS_DIR,
     OUTPUT_DIRS,
     PAIR_KINDS,
     PARTIAL_PREFIX,
     PENDING_NAME,
+    RESHOT_KINDS,
     SOURCES,
     SPLITS,
     TRANSFORMS,
@@ -40,8 +43,9 @@ from .generator import (
 )
 
 __all__ = [
-    "CORPUS_DIR", "DEFAULTS", "FIELD_DIR", "GENERATOR", "GENERATOR_VERSION", "MASKS_DIR", "OUTPUT_DIRS",
-    "PAIR_KINDS", "PARTIAL_PREFIX", "PENDING_NAME", "SOURCES", "SPLITS", "TRANSFORMS", "TRUTH_NAME",
+    "CORPUS_DIR", "DEFAULTS", "FIELD_DIR", "GENERATOR", "GENERATOR_VERSION", "GEOMETRIC_TRANSFORMS",
+    "HASH_NEAR_TRANSFORMS", "MASKS_DIR", "OUTPUT_DIRS", "PAIR_KINDS", "PARTIAL_PREFIX", "PENDING_NAME",
+    "RESHOT_KINDS", "SOURCES", "SPLITS", "TRANSFORMS", "TRUTH_NAME",
     "SyntheticCorpusConflict", "SyntheticError", "SyntheticParamsError", "SyntheticTruthError",
     "class_sizes", "corpus_matches", "ensure_corpus", "generate", "lab_mask_paths", "lab_mask_rel_path",
     "label_conflicts", "listed_files", "load_truth", "params_fingerprint", "planted_groups",

@@ -494,18 +494,20 @@ def _finish(rng: np.random.Generator, src: SourceSpec, img: Image.Image, lightin
 
 
 def render_upright(seed: int, image_px: int, class_name: str, source: str, uid: int,
-                   shot: int = 0) -> Image.Image:
+                   shot: int = 0, reshot: str = "moved") -> Image.Image:
     """Draw one photograph as it should be seen (before any EXIF rotation of the stored pixels).
 
     The subject (shape, colours, lesions), its pose and the backdrop's layout depend only on
     ``(seed, uid)``; ``shot > 0`` re-photographs the same leaf on the same bench — a few pixels and
-    degrees off, with fresh lighting and sensor noise — which is what a re-shot family is.
+    degrees off, with fresh lighting and sensor noise — which is what a re-shot family is.  ``reshot``
+    says how a re-shot differs: ``moved`` (as above), ``relit`` (barely moved, light 20-30 % brighter or
+    darker) or ``background`` (slightly moved, on another shade of the backdrop).
     """
-    return render_with_mask(seed, image_px, class_name, source, uid, shot)[0]
+    return render_with_mask(seed, image_px, class_name, source, uid, shot, reshot)[0]
 
 
 def render_with_mask(seed: int, image_px: int, class_name: str, source: str, uid: int,
-                     shot: int = 0) -> tuple[Image.Image, np.ndarray]:
+                     shot: int = 0, reshot: str = "moved") -> tuple[Image.Image, np.ndarray]:
     """:func:`render_upright` and the subject's true mask (bool, ``image_px`` square, upright).
 
     The mask is the subject's alpha after the pose transform, area-averaged to the output size and cut
@@ -520,12 +522,25 @@ def render_with_mask(seed: int, image_px: int, class_name: str, source: str, uid
     angle = pose_rng.uniform(0, 2 * np.pi)
     scale = pose_rng.uniform(0.62, 1.0)
     shift = pose_rng.uniform(-0.13, 0.13, 2) * size
-    if shot:
+    lighting = None
+    if reshot not in ("moved", "relit", "background"):
+        raise ValueError(f"unknown re-shot kind {reshot!r}: use moved, relit or background")
+    if shot and reshot == "moved":
         angle += math.radians(shot_rng.choice([-1, 1]) * shot_rng.uniform(3, 8))
         shift = shift + shot_rng.uniform(-1, 1, 2) * 0.04 * size
         scale *= shot_rng.uniform(0.97, 1.03)
+    elif shot:
+        angle += math.radians(shot_rng.choice([-1, 1]) * shot_rng.uniform(0.5, 3))
+        shift = shift + shot_rng.uniform(-1, 1, 2) * 0.015 * size
+    if shot and reshot == "relit":
+        darker = shot_rng.random() < 0.5
+        lighting = float(shot_rng.uniform(0.7, 0.8) if darker else shot_rng.uniform(1.2, 1.3))
     # A re-shot keeps the backdrop's layout (same bench, same spot) but not its noise or lighting.
     bg = _background(pose_rng, src, size)
+    if shot and reshot == "background":
+        # Another sheet of the same backdrop: a shade 18-32 levels lighter or darker, slightly tinted.
+        shade = shot_rng.choice([-1, 1]) * shot_rng.uniform(18, 32) + shot_rng.uniform(-6, 6, 3)
+        bg += shade.astype(np.float32)
 
     placed, alpha_t = place_subject(layer, alpha, angle, scale, shift, size)
     if src.shadow > 0:
@@ -538,7 +553,7 @@ def render_with_mask(seed: int, image_px: int, class_name: str, source: str, uid
     background = Image.fromarray(np.clip(bg, 0, 255).astype(np.uint8))
     composed = Image.composite(placed.convert("RGB"), background, alpha_t)
     small = composed.resize((image_px, image_px), Image.Resampling.LANCZOS)
-    image = _finish(shot_rng, src, small, float(shot_rng.uniform(0.95, 1.05)))
+    image = _finish(shot_rng, src, small, lighting or float(shot_rng.uniform(0.95, 1.05)))
     return image, downsample_mask(alpha_t, image_px)
 
 

@@ -2,8 +2,10 @@
 
 ``generate(out_dir, params)`` writes ``out_dir/corpus/{train,val,test}/<class>/img_NNNNNN.jpg`` (real
 JPEG files with EXIF) and, last, ``out_dir/planted.json``: every file, where it came from and what was
-planted in it — byte copies, near duplicates (re-encoded, resized, cropped, brightness-shifted), re-shot
-families, label conflicts, broken files, EXIF-rotated files, a single-image class and a long class tail.
+planted in it — byte copies, near duplicates (re-encoded, resized, cropped, brightness-shifted; flipped,
+turned by quarter or arbitrary angles, sheared, put in perspective, elastically warped, cropped by 10-35 %,
+rescaled), re-shot families (moved, relit, on another backdrop shade), label conflicts, broken files,
+EXIF-rotated files, a single-image class and a long class tail.
 The audit, split and probe chapters are tested against that truth.
 
 What is drawn (sources, crops, classes and their cues) is described in
@@ -21,11 +23,12 @@ file there); a half-written or foreign folder is refused with :class:`SyntheticC
 classes: [{name, crop, condition, type, pest, fruit, singleton, preferred_source, count (files in its
 folders), originals}], files: [{rel_path (POSIX, relative to corpus/), class, split, source, origin
 (original|byte_copy|near_duplicate|reshot|broken|singleton), parent (rel_path of the original or
-null), parent_class, transform (reencode|resize|crop|brightness|null), transform_params, family (re-shot
-family id; the family's original carries it too), broken_kind (zero_byte|truncated|not_an_image|null),
-exif_orientation (1, 6, 8; null when there is no EXIF), label_conflict, crosses_split, render ({uid,
-shot} for :func:`render_upright`), bytes, sha256}], summary, lab_masks: {dir, files: {corpus rel_path:
-mask path under masks/}}, field: {dir, per_class, classes, untested_lab_classes, not_in_lab_class_map,
+null), parent_class, transform (one of TRANSFORMS or null), transform_params, family (re-shot family id;
+the family's original carries it too), reshot_kind (moved|relit|background|null), broken_kind
+(zero_byte|truncated|not_an_image|null), exif_orientation (1, 6, 8; null when there is no EXIF),
+label_conflict, crosses_split, render ({uid, shot, reshot} for :func:`render_upright`), bytes, sha256}],
+summary, lab_masks: {dir, files: {corpus rel_path: mask path under masks/}},
+field: {dir, per_class, classes, untested_lab_classes, not_in_lab_class_map,
 files: [{rel_path (under field/), class, k, mask_rel_path (under field/), leaf_fraction, broken_kind,
 bytes, sha256}], n_photos, n_broken}}.
 
@@ -64,7 +67,7 @@ from .field import encode_mask, render_cohort
 from .world import CLASS_BY_NAME, CLASSES, SOURCES
 
 GENERATOR = "cropcop_utils.synthetic"
-GENERATOR_VERSION = "1.1.0"
+GENERATOR_VERSION = "1.2.0"
 CORPUS_DIR = "corpus"
 FIELD_DIR = "field"    # the field cohort (chapter 10), beside the corpus so its scan is unchanged
 MASKS_DIR = "masks"    # true leaf masks of the lab images: masks/<class>/<stem>.png
@@ -73,8 +76,15 @@ PENDING_NAME = ".planted.json.pending"  # the truth of a corpus being moved into
 PARTIAL_PREFIX = ".corpus.partial-"
 OUTPUT_DIRS = (CORPUS_DIR, FIELD_DIR, MASKS_DIR)
 SPLITS = ("train", "val", "test")
-TRANSFORMS = ("reencode", "resize", "crop", "brightness")
-PAIR_KINDS = ("byte_copy", *TRANSFORMS, "reshot")
+# Near-duplicate transforms: the first four keep the picture's geometry close enough for a perceptual
+# hash; the rest are the copies an augmenting previous owner leaves beside the original (flips, quarter
+# and arbitrary turns, shear, perspective, elastic warps, crops of 10-35 %, rescaling of the content).
+HASH_NEAR_TRANSFORMS = ("reencode", "resize", "crop", "brightness")
+GEOMETRIC_TRANSFORMS = ("hflip", "vflip", "rot90", "rotate", "shear", "perspective", "elastic", "crop_large",
+                        "scale")
+TRANSFORMS = (*HASH_NEAR_TRANSFORMS, *GEOMETRIC_TRANSFORMS)
+RESHOT_KINDS = ("moved", "relit", "background")  # how a re-shot differs from its family's first photo
+PAIR_KINDS = ("byte_copy", *TRANSFORMS, "reshot", *(f"reshot_{k}" for k in RESHOT_KINDS))
 
 DEFAULTS: dict[str, Any] = {
     "seed": 20261130,
@@ -85,8 +95,8 @@ DEFAULTS: dict[str, Any] = {
     "preferred_source_share": 0.75,  # share of a class's originals taken with its preferred source
     "split_fractions": {"train": 0.70, "val": 0.15, "test": 0.15},
     "byte_copy_fraction": 0.03,     # of originals
-    "near_duplicate_fraction": 0.06,  # of originals, spread evenly over the four transforms
-    "reshot_fraction": 0.03,        # of originals that end up in re-shot families (roots + re-shots)
+    "near_duplicate_fraction": 0.13,  # of originals, spread evenly over the 13 transforms
+    "reshot_fraction": 0.06,        # of originals that end up in re-shot families (roots + re-shots)
     "crossing_fraction": 0.3,       # of each leakage kind that crosses the inherited split
     "label_conflicts": 2,           # copies filed under another class of the same crop
     "oriented_fraction": 0.01,      # originals stored rotated with EXIF orientation 6 or 8
@@ -188,6 +198,7 @@ class _Item:
     transform: str | None = None
     knobs: dict[str, Any] = field(default_factory=dict)
     family: int | None = None
+    reshot_kind: str | None = None
     broken_kind: str | None = None
     orientation: int | None = 1
     label_conflict: bool = False
@@ -254,6 +265,7 @@ def _plan(p: dict[str, Any]) -> list[_Item]:
         return min(n, max(1, round(p["crossing_fraction"] * n))) if n else 0
 
     n_fam = max(2, round(p["reshot_fraction"] * n_orig / 3))
+    dealt = 0
     for fam in range(n_fam):
         crossing = fam < crossing_count(n_fam)
         root = take(train_only=crossing)
@@ -262,8 +274,11 @@ def _plan(p: dict[str, Any]) -> list[_Item]:
         for shot in range(1, members + 1):
             split = other_split() if crossing and shot == members else root.split
             when = _later(root.when, shot * int(rng.integers(2, 40)))
+            # Kinds are dealt in turn over all re-shots, so each kind has about a third of them.
+            kind = RESHOT_KINDS[dealt % len(RESHOT_KINDS)]
+            dealt += 1
             items.append(_Item(root.cls, split, "reshot", source=root.source, uid=root.uid, shot=shot,
-                               parent=root, family=fam, when=when))
+                               parent=root, family=fam, reshot_kind=kind, when=when))
 
     n_byte = max(3, round(p["byte_copy_fraction"] * n_orig))
     for i in range(n_byte):
@@ -340,13 +355,36 @@ def _knobs(rng: np.random.Generator, transform: str, parent: _Item) -> dict[str,
         return {"quality": q}
     if transform == "resize":
         return {"factor": round(float(rng.uniform(0.6, 0.85)), 4), "quality": quality}
-    if transform == "crop":
-        # 3-8% of each side removed, shared roughly evenly between its two edges (a re-framing crop).
-        total, share = rng.uniform(0.03, 0.08, 2), rng.uniform(0.4, 0.6, 2)
+    if transform in ("crop", "crop_large"):
+        # crop: 3-8% of each side removed (a re-framing crop); crop_large: 10-35% (an augmenting crop),
+        # shared roughly evenly between the two edges of each axis.
+        low, high = (0.03, 0.08) if transform == "crop" else (0.10, 0.35)
+        total, share = rng.uniform(low, high, 2), rng.uniform(0.4, 0.6, 2)
         edges = [round(float(x), 4) for x in (total[0] * share[0], total[1] * share[1],
                                                total[0] * (1 - share[0]), total[1] * (1 - share[1]))]
         return {"left": edges[0], "top": edges[1], "right": edges[2], "bottom": edges[3],
                 "resize_back": bool(rng.random() < 0.5), "quality": quality}
+    if transform in ("hflip", "vflip"):
+        return {"quality": quality}
+    if transform == "rot90":
+        return {"quarter_turns": int(rng.integers(1, 4)), "quality": quality}
+    if transform == "rotate":
+        # Off the quarter turns by 10-80 degrees: a turn no dihedral symmetry undoes.
+        return {"angle": round(float(90 * rng.integers(0, 4) + rng.uniform(10, 80)), 2), "quality": quality}
+    if transform == "shear":
+        axis = str(rng.choice(["x", "y"]))
+        return {"axis": axis, "factor": round(float(rng.choice([-1, 1]) * rng.uniform(0.12, 0.3)), 4),
+                "quality": quality}
+    if transform == "perspective":
+        # Each corner moves inwards or outwards by 4-12% of the side: a tilted camera.
+        offsets = rng.uniform(0.04, 0.12, 8) * rng.choice([-1, 1], 8)
+        return {"corners": [round(float(x), 4) for x in offsets], "quality": quality}
+    if transform == "elastic":
+        return {"alpha": round(float(rng.uniform(0.02, 0.035)), 4), "sigma": 0.08,
+                "seed": int(rng.integers(0, 2**31)), "quality": quality}
+    if transform == "scale":
+        factor = rng.uniform(0.7, 0.88) if rng.random() < 0.5 else rng.uniform(1.12, 1.3)
+        return {"factor": round(float(factor), 4), "quality": quality}
     sign = 1 if rng.random() < 0.5 else -1
     return {"factor": round(1 + sign * float(rng.uniform(0.08, 0.15)), 4), "quality": quality}
 
@@ -377,7 +415,10 @@ def _store_rotated(upright: Image.Image, orientation: int) -> Image.Image:
 def _derive(parent_bytes: bytes, transform: str, knobs: dict[str, Any]) -> Image.Image:
     """A near duplicate made from the parent FILE, as a re-saving tool would (EXIF rotation applied)."""
     with Image.open(io.BytesIO(parent_bytes)) as opened:
-        img = _reframe(ImageOps.exif_transpose(opened).convert("RGB"), transform, knobs)
+        upright = ImageOps.exif_transpose(opened).convert("RGB")
+    edges = np.concatenate([np.asarray(upright)[[0, -1]].reshape(-1, 3),
+                            np.asarray(upright)[:, [0, -1]].reshape(-1, 3)])
+    img = _reframe(upright, transform, knobs, tuple(int(c) for c in edges.mean(0)))
     if transform == "brightness":
         return ImageEnhance.Brightness(img).enhance(knobs["factor"])
     return img  # reencode: same pixels, another quality
@@ -386,16 +427,73 @@ def _derive(parent_bytes: bytes, transform: str, knobs: dict[str, Any]) -> Image
 def _derive_mask(parent_mask: np.ndarray, transform: str, knobs: dict[str, Any]) -> np.ndarray:
     """The true mask of a near duplicate: the parent's mask under the same geometry."""
     layer = Image.fromarray(np.where(parent_mask, 255, 0).astype(np.uint8), mode="L")
-    return np.asarray(_reframe(layer, transform, knobs)) >= 128
+    return np.asarray(_reframe(layer, transform, knobs, 0)) >= 128
 
 
-def _reframe(img: Image.Image, transform: str, knobs: dict[str, Any]) -> Image.Image:
-    """The geometry of a near-duplicate transform (resize, crop); other transforms keep the frame."""
+def _perspective_coefficients(size: tuple[int, int], corners: list[float]) -> list[float]:
+    """PIL's 8 PERSPECTIVE coefficients (output pixel -> input pixel) for corners moved by ``corners``
+    (fractions of the side, x and y of top-left, top-right, bottom-right, bottom-left)."""
+    w, h = size
+    source = np.array([[0, 0], [w, 0], [w, h], [0, h]], dtype=np.float64)
+    target = source + np.array(corners, dtype=np.float64).reshape(4, 2) * [w, h]
+    rows, rhs = [], []
+    for (x, y), (u, v) in zip(target, source, strict=True):
+        rows += [[x, y, 1, 0, 0, 0, -u * x, -u * y], [0, 0, 0, x, y, 1, -v * x, -v * y]]
+        rhs += [u, v]
+    return [float(c) for c in np.linalg.solve(np.array(rows), np.array(rhs))]
+
+
+def _elastic(img: Image.Image, knobs: dict[str, Any]) -> Image.Image:
+    """A smooth random displacement field (Simard et al. 2003), the same for an image and its mask."""
+    from scipy.ndimage import gaussian_filter, map_coordinates
+
+    arr = np.asarray(img, dtype=np.float32)
+    h, w = arr.shape[:2]
+    rng = np.random.default_rng(knobs["seed"])
+    shift = []
+    for _ in range(2):
+        field = gaussian_filter(rng.uniform(-1, 1, (h, w)), knobs["sigma"] * w)
+        shift.append(field / (np.abs(field).max() + 1e-9) * knobs["alpha"] * w)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    coords = [yy + shift[0], xx + shift[1]]
+    planes = arr[..., None] if arr.ndim == 2 else arr
+    out = np.stack([map_coordinates(planes[..., c], coords, order=1, mode="nearest")
+                    for c in range(planes.shape[-1])], axis=-1)
+    out = np.clip(np.round(out), 0, 255).astype(np.uint8)
+    return Image.fromarray(out[..., 0] if arr.ndim == 2 else out)
+
+
+def _reframe(img: Image.Image, transform: str, knobs: dict[str, Any], fill: Any) -> Image.Image:
+    """The geometry of a near-duplicate transform; reencode and brightness keep the frame.  ``fill``
+    paints what a turn or warp uncovers (the edge colour for photos, 0 for masks)."""
     w, h = img.size
+    bicubic = Image.Resampling.BICUBIC
+    if transform == "hflip":
+        return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    if transform == "vflip":
+        return img.transpose(Image.Transpose.FLIP_TOP_BOTTOM)
+    if transform == "rot90":
+        turns = {1: Image.Transpose.ROTATE_90, 2: Image.Transpose.ROTATE_180, 3: Image.Transpose.ROTATE_270}
+        return img.transpose(turns[knobs["quarter_turns"]])
+    if transform == "rotate":
+        return img.rotate(knobs["angle"], resample=bicubic, expand=False, fillcolor=fill)
+    if transform == "shear":
+        s = knobs["factor"]
+        coeffs = (1, s, -s * h / 2, 0, 1, 0) if knobs["axis"] == "x" else (1, 0, 0, s, 1, -s * w / 2)
+        return img.transform((w, h), Image.Transform.AFFINE, coeffs, bicubic, fillcolor=fill)
+    if transform == "perspective":
+        return img.transform((w, h), Image.Transform.PERSPECTIVE,
+                             _perspective_coefficients((w, h), knobs["corners"]), bicubic, fillcolor=fill)
+    if transform == "elastic":
+        return _elastic(img, knobs)
+    if transform == "scale":
+        f, cx, cy = knobs["factor"], w / 2, h / 2
+        coeffs = (1 / f, 0, cx - cx / f, 0, 1 / f, cy - cy / f)
+        return img.transform((w, h), Image.Transform.AFFINE, coeffs, bicubic, fillcolor=fill)
     if transform == "resize":
         return img.resize((max(8, round(w * knobs["factor"])), max(8, round(h * knobs["factor"]))),
                           Image.Resampling.LANCZOS)
-    if transform == "crop":
+    if transform in ("crop", "crop_large"):
         box = (round(knobs["left"] * w), round(knobs["top"] * h), w - round(knobs["right"] * w),
                h - round(knobs["bottom"] * h))
         cropped = img.crop(box)
@@ -414,7 +512,8 @@ def _render_all(items: list[_Item], p: dict[str, Any]) -> tuple[dict[int, bytes]
     masks: dict[int, np.ndarray] = {}
     drawn = [it for it in items if it.uid >= 0]
     for it in tqdm(drawn, desc="synthetic corpus", unit="img", disable=None if progress_wanted() else True):
-        upright, mask = render_with_mask(p["seed"], p["image_px"], it.cls, it.source, it.uid, it.shot)
+        upright, mask = render_with_mask(p["seed"], p["image_px"], it.cls, it.source, it.uid, it.shot,
+                                         it.reshot_kind or "moved")
         if it.broken_kind is None:
             masks[id(it)] = mask
         blob = _encode(_store_rotated(upright, it.orientation or 1), SOURCES[it.source].quality,
@@ -462,11 +561,13 @@ def _file_entry(it: _Item, blob: bytes) -> dict[str, Any]:
         "transform": it.transform,
         "transform_params": it.knobs or None,
         "family": it.family,
+        "reshot_kind": it.reshot_kind,
         "broken_kind": it.broken_kind,
         "exif_orientation": it.orientation,
         "label_conflict": it.label_conflict,
         "crosses_split": bool(parent is not None and parent.split != it.split),
-        "render": {"uid": it.uid, "shot": it.shot} if it.uid >= 0 else None,
+        "render": ({"uid": it.uid, "shot": it.shot, **({"reshot": it.reshot_kind} if it.reshot_kind else {})}
+                   if it.uid >= 0 else None),
         "bytes": len(blob),
         "sha256": sha256_bytes(blob),
     }
@@ -488,6 +589,7 @@ def _summary(files: list[dict[str, Any]], classes: list[dict[str, Any]]) -> dict
         "exif_rotated": dict(sorted(Counter(str(f["exif_orientation"]) for f in files
                                             if f["exif_orientation"] not in (None, 1)).items())),
         "reshot_families": len({f["family"] for f in files if f["family"] is not None}),
+        "reshot_kinds": dict(sorted(Counter(f["reshot_kind"] for f in files if f["reshot_kind"]).items())),
         "largest_smallest_ratio": max(tail) / min(tail) if tail else None,
     }
 
@@ -668,9 +770,10 @@ def load_truth(path: str | os.PathLike) -> dict[str, Any]:
 def planted_pairs(truth: dict[str, Any], kinds: Iterable[str] | None = None) -> set[frozenset[str]]:
     """Planted related pairs of corpus-relative paths.
 
-    ``kinds``: any of ``byte_copy``, ``reencode``, ``resize``, ``crop``, ``brightness``, ``reshot``, or
-    ``near_duplicate`` for all four transforms; default all.  Re-shot families give every pair within
-    the family (root included).  Label-conflict copies are included under their kind.
+    ``kinds``: any of :data:`PAIR_KINDS` (``byte_copy``, a transform, ``reshot``, ``reshot_<kind>``) or
+    ``near_duplicate`` for every transform; default all.  ``reshot`` gives every pair within a re-shot
+    family (root included); ``reshot_moved`` / ``_relit`` / ``_background`` give the pairs of a family's
+    first photo with its re-shots of that kind.  Label-conflict copies are included under their kind.
     """
     wanted = set(PAIR_KINDS if kinds is None else kinds)
     if "near_duplicate" in wanted:
@@ -688,6 +791,8 @@ def planted_pairs(truth: dict[str, Any], kinds: Iterable[str] | None = None) -> 
             pairs.add(frozenset((f["parent"], f["rel_path"])))
         if f["family"] is not None:
             families.setdefault(f["family"], []).append(f["rel_path"])
+        if f["origin"] == "reshot" and f"reshot_{f.get('reshot_kind') or 'moved'}" in wanted:
+            pairs.add(frozenset((f["parent"], f["rel_path"])))
     if "reshot" in wanted:
         for members in families.values():
             pairs.update(frozenset((a, b)) for i, a in enumerate(members) for b in members[i + 1:])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cropcop_utils import hamming
+from cropcop_utils.audit import pairs
 
 
 def _codes_with_structure(n: int, seed: int) -> np.ndarray:
@@ -26,8 +26,8 @@ def _pair_set(pairs: np.ndarray) -> set[tuple[int, int, int]]:
 @pytest.mark.parametrize("radius", [0, 1, 3, 6, 10, 12, 16])
 def test_mih_matches_brute_force_exactly(radius: int) -> None:
     codes = _codes_with_structure(3000, seed=radius)
-    reference = hamming.brute_force_pairs(codes, radius)
-    found = hamming.mih_pairs(codes, radius)
+    reference = pairs.brute_force_pairs(codes, radius)
+    found = pairs.mih_pairs(codes, radius)
     assert np.array_equal(found, reference)
     assert (found[:, 0] < found[:, 1]).all()
     assert len(reference) > 0
@@ -37,10 +37,10 @@ def test_mih_matches_brute_force_exactly(radius: int) -> None:
 def test_every_plan_gives_the_same_pairs(chunks: int) -> None:
     radius = 7
     codes = _codes_with_structure(1500, seed=chunks)
-    plan = hamming.make_plan(radius, chunks)
+    plan = pairs.make_plan(radius, chunks)
     assert sum(t + 1 for t in plan.budgets) > radius  # the pigeonhole guarantee
-    assert _pair_set(hamming.mih_pairs(codes, radius, plan)) == _pair_set(
-        hamming.brute_force_pairs(codes, radius))
+    assert _pair_set(pairs.mih_pairs(codes, radius, plan)) == _pair_set(
+        pairs.brute_force_pairs(codes, radius))
 
 
 def test_brute_force_agrees_with_a_plain_definition() -> None:
@@ -49,43 +49,43 @@ def test_brute_force_agrees_with_a_plain_definition() -> None:
     expected = {(i, j, bin(int(codes[i]) ^ int(codes[j])).count("1"))
                 for i in range(len(codes)) for j in range(i + 1, len(codes))
                 if bin(int(codes[i]) ^ int(codes[j])).count("1") <= radius}
-    assert _pair_set(hamming.brute_force_pairs(codes, radius)) == expected
+    assert _pair_set(pairs.brute_force_pairs(codes, radius)) == expected
 
 
 def test_worker_pool_gives_the_same_pairs() -> None:
     codes = _codes_with_structure(4000, seed=11)
-    single = hamming.mih_pairs(codes, 10, workers=1)
-    pooled = hamming.mih_pairs(codes, 10, workers=2)
+    single = pairs.mih_pairs(codes, 10, workers=1)
+    pooled = pairs.mih_pairs(codes, 10, workers=2)
     assert np.array_equal(single, pooled)
 
 
 def test_auto_picks_a_method_and_agrees() -> None:
     codes = _codes_with_structure(2500, seed=3)
     for method in ("auto", "brute", "mih"):
-        assert np.array_equal(hamming.radius_pairs(codes, 8, method=method, workers=1),
-                              hamming.brute_force_pairs(codes, 8))
+        assert np.array_equal(pairs.radius_pairs(codes, 8, method=method, workers=1),
+                              pairs.brute_force_pairs(codes, 8))
 
 
 def test_plan_prefers_wide_chunks_for_many_codes() -> None:
-    small = hamming.best_plan(1_000, 10)
-    large = hamming.best_plan(1_000_000, 10)
+    small = pairs.best_plan(1_000, 10)
+    large = pairs.best_plan(1_000_000, 10)
     assert max(large.widths) > max(small.widths)
     assert large.cost(1_000_000) < 6e-9 * 1_000_000**2 / 2  # far cheaper than brute force
 
 
 def test_histogram_and_edge_cases() -> None:
-    assert hamming.radius_pairs(np.array([], dtype=np.uint64), 5).shape == (0, 3)
-    assert hamming.radius_pairs(np.array([7], dtype=np.uint64), 5).shape == (0, 3)
-    pairs = hamming.brute_force_pairs(np.array([0, 1, 3, 7], dtype=np.uint64), 3)
-    assert hamming.distance_histogram(pairs, 3).tolist() == [0, 3, 2, 1]
+    assert pairs.radius_pairs(np.array([], dtype=np.uint64), 5).shape == (0, 3)
+    assert pairs.radius_pairs(np.array([7], dtype=np.uint64), 5).shape == (0, 3)
+    found = pairs.brute_force_pairs(np.array([0, 1, 3, 7], dtype=np.uint64), 3)
+    assert pairs.distance_histogram(found, 3).tolist() == [0, 3, 2, 1]
 
 
 def test_bad_input_is_refused_with_a_clear_message() -> None:
-    with pytest.raises(hamming.HashInputError, match="radius"):
-        hamming.radius_pairs(np.zeros(3, dtype=np.uint64), 64)
-    with pytest.raises(hamming.HashInputError, match="unsigned"):
-        hamming.radius_pairs(np.array([-1, 2]), 3)
-    with pytest.raises(hamming.HashInputError, match="1-D"):
-        hamming.radius_pairs(np.zeros((2, 2), dtype=np.uint64), 3)
-    with pytest.raises(hamming.HashInputError, match="method"):
-        hamming.radius_pairs(np.zeros(3, dtype=np.uint64), 3, method="faiss")
+    with pytest.raises(pairs.HashInputError, match="radius"):
+        pairs.radius_pairs(np.zeros(3, dtype=np.uint64), 64)
+    with pytest.raises(pairs.HashInputError, match="unsigned"):
+        pairs.radius_pairs(np.array([-1, 2]), 3)
+    with pytest.raises(pairs.HashInputError, match="1-D"):
+        pairs.radius_pairs(np.zeros((2, 2), dtype=np.uint64), 3)
+    with pytest.raises(pairs.HashInputError, match="method"):
+        pairs.radius_pairs(np.zeros(3, dtype=np.uint64), 3, method="faiss")

@@ -8,7 +8,7 @@ from PIL import Image, ImageDraw
 from scipy.ndimage import gaussian_filter
 from skimage.metrics import structural_similarity
 
-from cropcop_utils import verifier
+from cropcop_utils.audit import verifier
 
 
 def _texture(seed: int, side: int = 96) -> np.ndarray:

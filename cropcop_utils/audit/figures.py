@@ -1,4 +1,5 @@
-"""Figures of the audit chapter: a gallery of found pairs, group sizes, the threshold evidence."""
+"""Figures of the audit chapter: a gallery of found pairs, group sizes, the threshold evidence, recall per
+planted kind and candidate source."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from . import imaging
+from .. import imaging
 
 
 def gallery_sample(relationships: pd.DataFrame, n: int = 12) -> pd.DataFrame:
@@ -41,15 +42,20 @@ def plot_pair_gallery(sample: pd.DataFrame, corpus_root: str | os.PathLike, thre
         return fig
     for k, pair in enumerate(sample.itertuples(index=False)):
         r, c = divmod(k, columns)
-        verdict = "confirmed" if pair.trusted else "rejected"
         for side, (rel, cls, split) in enumerate(((pair.rel_path_a, pair.class_a, pair.split_a),
                                                   (pair.rel_path_b, pair.class_b, pair.split_b))):
             ax = axes[r, 2 * c + side]
             ax.imshow(imaging.open_rgb(Path(corpus_root) / rel))
             ax.set_title(f"{cls[:28]}\n{split}: {Path(rel).name[:26]}", fontsize=7)
+        sources = getattr(pair, "proposed_by", "phash") or "-"
+        score = "n/a" if pd.isna(pair.verify_score) else f"{pair.verify_score:.3f}"
+        decided = f"confirmed by {getattr(pair, 'verified_by', '') or 'ssim'}" if pair.trusted else \
+            "rejected by both verifiers"
+        inliers = getattr(pair, "geometry_inliers", None)
+        geometry = f"  inliers {inliers}" if inliers is not None and not pd.isna(inliers) else ""
         axes[r, 2 * c].text(
-            0.0, -0.08, f"pHash {pair.phash_distance}  dHash {pair.dhash_distance}  score "
-            f"{pair.verify_score:.3f} ({verdict}, threshold {threshold:.2f})",
+            0.0, -0.08, f"{sources}: pHash {pair.phash_distance}  SSIM {score}{geometry}\n({decided}; "
+            f"SSIM threshold {threshold:.2f})",
             transform=axes[r, 2 * c].transAxes, fontsize=7.5, va="top",
             color="tab:green" if pair.trusted else "tab:red")
     fig.tight_layout()
@@ -130,5 +136,33 @@ def plot_verifier_calibration(calibration: pd.DataFrame, threshold: float) -> Fi
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=8)
     ax.set_title("By threshold")
+    fig.tight_layout()
+    return fig
+
+
+def plot_recall_by_source(by_source: pd.DataFrame) -> Figure:
+    """Per planted kind: recall of the trusted relationships, and what each candidate source proposed."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    kinds = by_source["kind"].tolist()
+    columns = [("recall", "trusted (all sources)", "black")] + [
+        (c, c.replace("proposed_", "proposed: "), colour)
+        for c, colour in (("proposed_phash", "tab:blue"), ("proposed_dihedral", "tab:orange"),
+                          ("proposed_embedding", "tab:green"), ("proposed_rings", "tab:purple"))
+        if c in by_source]
+    fig, ax = plt.subplots(figsize=(12, 3.8))
+    x = np.arange(len(kinds))
+    width = 0.8 / len(columns)
+    for k, (column, label, colour) in enumerate(columns):
+        values = by_source[column].astype(float).fillna(0).to_numpy()
+        ax.bar(x + (k - (len(columns) - 1) / 2) * width, values, width, label=label, color=colour)
+    ax.set_xticks(x, [f"{k}\n({n})" for k, n in zip(kinds, by_source["planted_pairs"], strict=True)],
+                  rotation=60, fontsize=7, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.axhline(0.95, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("share of planted pairs")
+    ax.set_title("Recall per planted kind (planted pairs) and candidate source")
+    ax.legend(fontsize=7, ncol=4, loc="lower left")
     fig.tight_layout()
     return fig

@@ -11,13 +11,15 @@ Two exact methods that return the same pair set (a test holds them to it):
   chunk ``i`` up to ``t_i`` flipped bits.  For each chunk the codes are sorted by chunk value, and
   every flip mask of weight ≤ ``t_i`` is applied to *all* codes at once: a dense bucket table turns
   each flipped key into the range of codes holding it, and only those candidates get a full
-  XOR-popcount.  Work grows with the number of masks and candidates, not with N².
+  XOR-popcount.  The passes are compiled with numba (one fused loop per mask: no temporary arrays);
+  :meth:`MihPlan.cost` picks the chunking, which for a million codes at radius 12 is four 16-bit
+  chunks, whose bucket tables stay in cache.
 
 Why not a library: faiss's ``IndexBinaryMultiHash`` does the same search but probes a hash map once
 per query and flip mask (on this project's 2-core machine ~1.3 ms per query against 200,000 random
-codes at radius 10, i.e. over 20 minutes for a million queries, against about a minute here);
-``IndexBinaryFlat.range_search`` is brute force (~1e9 comparisons/s per core, so ~4 minutes of two
-cores for a million codes).  scikit-learn's ``BallTree`` does not accept a bit-packed Hamming metric.
+codes at radius 10, i.e. over 20 minutes for a million queries); ``IndexBinaryFlat.range_search`` is
+brute force (~1e9 comparisons/s per core, so ~4 minutes of two cores for a million codes).
+scikit-learn's ``BallTree`` does not accept a bit-packed Hamming metric.
 
 Each unordered pair is produced exactly once: for a mask ``m != 0`` only the code on the side where the
 mask's highest bit is clear asks (the other side would find the same bucket pair), for ``m == 0`` only
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 BITS = 64
@@ -121,10 +124,12 @@ class MihPlan:
         return sum(v * n * n / 2.0 ** (w + 1) for v, w in zip(self.masks_per_chunk, self.widths, strict=True))
 
     def cost(self, n: int) -> float:
-        """Modelled CPU seconds, calibrated on this code: a mask pass costs ~150 µs of call overhead
-        plus ~11 ns per asking code (half of them), a candidate pair ~20 ns."""
-        passes = sum(self.masks_per_chunk)
-        return passes * (1.5e-4 + 1.1e-8 * n / 2) + 2e-8 * self.expected_candidates(n)
+        """Modelled CPU seconds, calibrated on the compiled passes on this project's 2-core machine: an
+        asking code (half of them, per mask) costs ~2 ns while its chunk's bucket table stays in cache
+        (up to 2**17 keys) and ~30 ns beyond (a cache miss per lookup); a candidate pair ~3.5 ns."""
+        ask = sum(v * (n / 2) * (2e-9 if w <= 17 else 3e-8)
+                  for v, w in zip(self.masks_per_chunk, self.widths, strict=True))
+        return ask + 3.5e-9 * self.expected_candidates(n)
 
 
 def _ball_volume(bits: int, radius: int) -> int:
@@ -159,96 +164,105 @@ def _flip_masks(width: int, budget: int) -> np.ndarray:
     return np.array(masks, dtype=np.uint64)
 
 
-class _ChunkIndex:
-    """Codes sorted by one chunk's value, with the bucket range of every chunk value.
-
-    Chunks of up to ``DENSE_TABLE_MAX_BITS`` bits get dense tables: ``starts`` (bucket ranges) and a
-    one-byte ``occupied`` flag per key.  A mask pass first gathers from the small flag table (it stays
-    in cache, the range table does not) and reads bucket ranges only for the few keys that hit.
-    """
-
-    def __init__(self, codes: np.ndarray, offset: int, width: int) -> None:
-        chunk = (codes >> np.uint64(offset)) & np.uint64((1 << width) - 1)
-        self.width = width
-        self.order = np.argsort(chunk, kind="stable")
-        self.dense = width <= DENSE_TABLE_MAX_BITS
-        self.keys = chunk[self.order].astype(np.uint32) if self.dense else chunk[self.order]
-        self.codes = codes[self.order]
-        if self.dense:
-            counts = np.bincount(self.keys, minlength=1 << width)
-            self.occupied = counts > 0
-            starts = np.r_[0, np.cumsum(counts)[:-1]]
-            # One gather per hit: bucket start and size packed into one int64 (size < 2**24).
-            self.packed = (starts.astype(np.int64) << 24) | counts if counts.max() < 1 << 24 else None
-            self.starts = np.r_[starts, len(codes)].astype(np.int64)
-        self._asking: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def asking(self, bit: int) -> tuple[np.ndarray, np.ndarray]:
-        """Positions (and keys) whose key has ``bit`` clear: who asks for masks whose top bit is ``bit``."""
-        if bit not in self._asking:
-            positions = np.flatnonzero(((self.keys >> self.keys.dtype.type(bit)) & 1) == 0)
-            self._asking[bit] = (positions, self.keys[positions])
-        return self._asking[bit]
-
-    def bucket(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.dense:
-            k = keys.astype(np.intp)
-            if self.packed is not None:
-                packed = self.packed[k]
-                start = packed >> 24
-                return start, start + (packed & ((1 << 24) - 1))
-            return self.starts[k], self.starts[k + 1]
-        return np.searchsorted(self.keys, keys, "left"), np.searchsorted(self.keys, keys, "right")
-
-    def pairs_for_mask(self, mask: int) -> tuple[np.ndarray, np.ndarray]:
-        """Sorted positions (p, q) of every unordered pair whose chunk values differ by exactly ``mask``."""
-        if mask == 0:
-            # Pairs inside one bucket: each position pairs with the later positions of its bucket.
-            _, stop = self.bucket(self.keys)
-            later = stop - np.arange(len(self.keys)) - 1
-            p = np.repeat(np.arange(len(self.keys)), later)
-            return p, p + 1 + _ramp(later)
-        positions, keys = self.asking(int(mask).bit_length() - 1)
-        keys = keys ^ keys.dtype.type(mask)
-        if self.dense:
-            hit = np.flatnonzero(self.occupied[keys])
-        else:
-            hit = np.arange(len(keys))
-        start, stop = self.bucket(keys[hit])
-        count = stop - start
-        single = count == 1
-        if single.all():  # the common case for wide chunks: no run expansion needed
-            return positions[hit], start
-        several = ~single & (count > 0)
-        counts = count[several]
-        return (np.concatenate([positions[hit[single]], np.repeat(positions[hit[several]], counts)]),
-                np.concatenate([start[single], np.repeat(start[several], counts) + _ramp(counts)]))
+_ONE = np.uint64(1)
+_M1, _M2 = np.uint64(0x5555555555555555), np.uint64(0x3333333333333333)
+_M4, _H01 = np.uint64(0x0F0F0F0F0F0F0F0F), np.uint64(0x0101010101010101)
+_S1, _S2, _S4, _S56 = np.uint64(1), np.uint64(2), np.uint64(4), np.uint64(56)
 
 
-def _ramp(count: np.ndarray) -> np.ndarray:
-    """0, 1, …, c-1 for each c in ``count``, concatenated (offsets inside expanded runs)."""
-    total = int(count.sum())
-    return np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+@numba.njit(cache=True, inline="always")
+def _popcount(x):
+    """Set bits of a uint64 (SWAR; numba has no popcount intrinsic for uint64)."""
+    x = x - ((x >> _S1) & _M1)
+    x = (x & _M2) + ((x >> _S2) & _M2)
+    x = (x + (x >> _S4)) & _M4
+    return (x * _H01) >> _S56
+
+
+@numba.njit(cache=True, nogil=True)
+def _mask_passes(keys, codes, order, occupied, starts, dense, masks, tops, earlier, budgets, radius):
+    """Every pair whose chunk keys differ by one of ``masks``, within ``radius``, not found by an earlier
+    chunk.  ``keys`` / ``codes`` / ``order`` are sorted by key; ``earlier`` holds the earlier chunks'
+    values in original order.  Masks outside, codes inside: for a fixed mask, ``key ^ mask`` over sorted
+    keys walks the bucket table almost in order, so the lookups stay in cache."""
+    n = keys.shape[0]
+    cap = 1 << 16
+    out_a = np.empty(cap, np.int64)
+    out_b = np.empty(cap, np.int64)
+    out_d = np.empty(cap, np.int64)
+    count = 0
+    for mi in range(masks.shape[0]):
+        m = masks[mi]
+        top = tops[mi]
+        for p in range(n):
+            kp = keys[p]
+            if m == 0:
+                lo = p + 1
+                hi = starts[kp + _ONE] if dense else np.searchsorted(keys, kp, side="right")
+            else:
+                if (kp >> top) & _ONE:
+                    continue  # the other side of the pair asks for this mask
+                k2 = kp ^ m
+                if dense:
+                    if not occupied[k2]:
+                        continue
+                    lo = starts[k2]
+                    hi = starts[k2 + _ONE]
+                else:
+                    lo = np.searchsorted(keys, k2, side="left")
+                    hi = np.searchsorted(keys, k2, side="right")
+            cp = codes[p]
+            for q in range(lo, hi):
+                d = _popcount(cp ^ codes[q])
+                if d > radius:
+                    continue
+                a = order[p]
+                b = order[q]
+                seen = False
+                for j in range(earlier.shape[0]):
+                    if _popcount(earlier[j, a] ^ earlier[j, b]) <= budgets[j]:
+                        seen = True  # found through an earlier chunk: report each pair once
+                        break
+                if seen:
+                    continue
+                if count == cap:
+                    cap *= 2
+                    out_a = np.concatenate((out_a, np.empty(cap - count, np.int64)))
+                    out_b = np.concatenate((out_b, np.empty(cap - count, np.int64)))
+                    out_d = np.concatenate((out_d, np.empty(cap - count, np.int64)))
+                out_a[count] = min(a, b)
+                out_b[count] = max(a, b)
+                out_d[count] = d
+                count += 1
+    return out_a[:count], out_b[:count], out_d[:count]
+
+
+def _chunk_values(codes: np.ndarray, offset: int, width: int) -> np.ndarray:
+    return (codes >> np.uint64(offset)) & np.uint64((1 << width) - 1)
 
 
 def _search_chunk(codes: np.ndarray, plan: MihPlan, chunk: int, masks: np.ndarray, radius: int) -> np.ndarray:
-    index = _ChunkIndex(codes, plan.offsets[chunk], plan.widths[chunk])
-    earlier = [((codes >> np.uint64(plan.offsets[j])) & np.uint64((1 << plan.widths[j]) - 1), plan.budgets[j])
-               for j in range(chunk)]
-    parts = []
-    for mask in masks:
-        p, q = index.pairs_for_mask(int(mask))
-        if not len(p):
-            continue
-        distance = np.bitwise_count(index.codes[p] ^ index.codes[q])
-        near = np.flatnonzero(distance <= radius)
-        a, b, distance = index.order[p[near]], index.order[q[near]], distance[near]
-        for chunk_values, budget in earlier:
-            # Found already through an earlier chunk: drop, so each pair is reported once.
-            fresh = np.bitwise_count(chunk_values[a] ^ chunk_values[b]) > budget
-            a, b, distance = a[fresh], b[fresh], distance[fresh]
-        parts.append(np.stack([np.minimum(a, b), np.maximum(a, b), distance.astype(np.int64)], axis=1))
-    return np.concatenate(parts) if parts else _empty()
+    """Pairs found through one chunk for some of its flip masks (a sort of the codes by chunk value, a
+    bucket table when the chunk is narrow enough, then the compiled mask passes)."""
+    width = plan.widths[chunk]
+    keys = _chunk_values(codes, plan.offsets[chunk], width)
+    order = np.argsort(keys, kind="stable").astype(np.int64)
+    keys = keys[order]
+    dense = width <= DENSE_TABLE_MAX_BITS
+    if dense:
+        counts = np.bincount(keys.astype(np.int64), minlength=1 << width)
+        occupied = counts > 0
+        starts = np.r_[0, np.cumsum(counts)].astype(np.int64)
+    else:
+        occupied, starts = np.zeros(1, bool), np.zeros(2, np.int64)
+    earlier = np.stack([_chunk_values(codes, plan.offsets[j], plan.widths[j]) for j in range(chunk)]) \
+        if chunk else np.zeros((0, len(codes)), np.uint64)
+    budgets = np.array(plan.budgets[:chunk], dtype=np.int64)
+    masks = np.asarray(masks, dtype=np.uint64)
+    tops = np.array([max(int(m).bit_length() - 1, 0) for m in masks], dtype=np.uint64)
+    a, b, d = _mask_passes(keys, codes[order], order, occupied, starts, dense, masks, tops, earlier, budgets,
+                           int(radius))
+    return np.stack([a, b, d], axis=1) if len(a) else _empty()
 
 
 def _search_task(args: tuple[np.ndarray, MihPlan, int, np.ndarray, int]) -> np.ndarray:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from .config import progress_wanted
+from ..config import progress_wanted
 
 THUMB = 32                      # thumbnail side: small enough that sensor noise averages out
 EDGE_RING = 0.08                # outer ring without weight (frames, vignettes, scanner edges)
@@ -199,12 +199,29 @@ class Verifier:
 
     def _pooled(self, a, b, wa, wb, inside):
         """SSIM averaged with the subject weight of either image, over windows fully inside b."""
-        import torch
+        return _pooled(a, b, wa, wb, inside, self.window)
 
-        win = self.window
-        ssim = ssim_map(a, b, win)
-        weight = _box(torch.maximum(wa, wb), win) * (_box(inside.float(), win) > 0.999)
-        return (ssim * weight).sum((-1, -2)) / weight.sum((-1, -2)).clamp_min(1e-6)
+
+def weighted_ssim(grey_a: np.ndarray, grey_b: np.ndarray, weight_a: np.ndarray, weight_b: np.ndarray,
+                  inside: np.ndarray, window: int = SSIM_WINDOW) -> np.ndarray:
+    """Subject-weighted SSIM of already aligned pairs (B, side, side): the verifier's pooling, over the
+    windows lying wholly where ``inside`` (B, side, side, 0/1) says b has pixels."""
+    import torch
+
+    if len(grey_a) == 0:
+        return np.zeros(0, dtype=np.float32)
+    a, b, wa, wb = (torch.from_numpy(np.asarray(x, dtype=np.float32)) for x in (grey_a, grey_b, weight_a,
+                                                                                weight_b))
+    mask = torch.from_numpy(np.asarray(inside, dtype=np.float32)) > 0.999
+    return _pooled(a, b, wa / 255.0, wb / 255.0, mask, window).numpy()
+
+
+def _pooled(a, b, wa, wb, inside, win: int):
+    import torch
+
+    ssim = ssim_map(a, b, win)
+    weight = _box(torch.maximum(wa, wb), win) * (_box(inside.float(), win) > 0.999)
+    return (ssim * weight).sum((-1, -2)) / weight.sum((-1, -2)).clamp_min(1e-6)
 
 
 _WORKER_VERIFIER: Verifier | None = None

@@ -1,0 +1,40 @@
+"""Chapter 2 — Audit: which images are the same picture, or the same specimen, and does that leak?
+
+The chapter's code, by topic:
+
+* :mod:`.chapter` — settings, the whole audit of a corpus (:func:`audit_corpus`) and ``run_chapter``.
+* :mod:`.hashing` — per-image fingerprints: content digests, pHash / dHash, verifier thumbnails.
+* :mod:`.pairs` — every pair of 64-bit hashes within a Hamming radius (multi-index hashing).
+* :mod:`.candidates` — near candidates, capped per image, and their verifier scores.
+* :mod:`.verifier` — the registered, subject-weighted SSIM that confirms or refutes a candidate.
+* :mod:`.relations` — exact pairs, pixel groups, the relationship table, leakage groups, the decision.
+* :mod:`.truth` — the synthetic corpus's planted truth and the evidence for radius and thresholds.
+* :mod:`.figures` — the gallery and plots.
+"""
+
+from .candidates import NearCandidates, cap_neighbours, near_candidates
+from .chapter import DEFAULTS, MANIFEST_NEEDS, AuditResult, admitted_rows, audit_corpus, run_chapter, settings
+from .errors import AuditInputError
+from .hashing import HASH_COLUMNS, ImageHashes, fingerprint_image, hash_images, pixel_digest
+from .relations import (
+    KINDS,
+    NO_SPLIT,
+    RELATIONSHIP_COLUMNS,
+    PixelGroups,
+    crossing_counts,
+    exact_pairs,
+    group_stats,
+    inherited_decision,
+    leakage_groups,
+    relationship_table,
+)
+from .truth import Truth, calibrated_threshold, family_recall, radius_reason, threshold_table
+
+__all__ = [
+    "DEFAULTS", "HASH_COLUMNS", "KINDS", "MANIFEST_NEEDS", "NO_SPLIT", "RELATIONSHIP_COLUMNS",
+    "AuditInputError", "AuditResult", "ImageHashes", "NearCandidates", "PixelGroups", "Truth",
+    "admitted_rows", "audit_corpus", "calibrated_threshold", "cap_neighbours", "crossing_counts",
+    "exact_pairs", "family_recall", "fingerprint_image", "group_stats", "hash_images", "inherited_decision",
+    "leakage_groups", "near_candidates", "pixel_digest", "radius_reason", "relationship_table", "run_chapter",
+    "settings", "threshold_table",
+]

@@ -1,0 +1,250 @@
+"""Per-image fingerprints of the audit: content digests, perceptual hashes, verifier inputs, embeddings.
+
+Every file is read once; its bytes are checked against the manifest's SHA-256 and decoded by the loading
+contract (EXIF orientation applied).  From the decoded picture:
+
+* the pixel SHA-256 (identical pixels, whatever the file's metadata);
+* 64-bit pHash (``imagehash``'s definition) and dHash, and the pHash of each of the eight dihedral
+  transforms (quarter turns, with and without a mirror) of the same 32×32 grey image — a flipped or
+  quarter-turned copy has, as one of its eight, nearly the original's pHash;
+* a ring spectrum (:func:`ring_spectrum`): mean and angular Fourier magnitudes of concentric rings
+  about the centre, which a turn by any angle about the centre (or a mirror) leaves unchanged;
+* the SSIM verifier's thumbnail and subject weight (:mod:`.verifier`);
+* ORB keypoints of a small grey square, plain and mirrored (:mod:`.geometry`);
+* optionally the global-pooled features of the ImageNet EfficientNet-Lite0 (:mod:`.embedding`),
+  computed in the same worker on the chunk's squares so the decoded pixels never travel.
+
+Chunks of files run on a process pool; results come back in input order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from .. import imaging
+from ..config import progress_wanted
+from ..evidence import sha256_bytes
+from . import embedding, geometry, verifier
+from .errors import AuditInputError
+
+HASH_COLUMNS = ["row_id", "phash", "dhash", "pixel_sha256"]
+RING_SIDE = 64                     # the ring spectrum samples a grey square of this side
+RING_RADII = np.arange(2, 31, 2)   # ring radii in px of that square (the inscribed disc, corners left out)
+RING_ANGLES = 64                   # samples around each ring
+RING_HARMONICS = 6                 # angular Fourier magnitudes kept per ring (low orders: robust to noise)
+RING_FEATURES = len(RING_RADII) * (1 + RING_HARMONICS)
+INLINE_BELOW = 256  # smaller corpora are hashed in-process: a pool costs more than it saves
+HASH_SIDE_LIMIT = 64  # images are box-reduced to about this short side before hashing
+DIHEDRAL = ("identity", "rot90", "rot180", "rot270", "mirror", "mirror_rot90", "mirror_rot180",
+            "mirror_rot270")  # the eight symmetries of a square, as :func:`dihedral_apply` numbers them
+
+
+@dataclass
+class ImageHashes:
+    """Per-image audit fingerprints, in manifest order."""
+
+    phash: np.ndarray        # uint64
+    dhash: np.ndarray        # uint64
+    pixel_sha256: list[str]
+    grey: np.ndarray         # (N, THUMB, THUMB) uint8 thumbnails for the verifier
+    weight: np.ndarray       # (N, THUMB, THUMB) uint8 subject weights
+    dihedral: np.ndarray = field(default_factory=lambda: np.zeros((0, 8), np.uint64))  # (N, 8) pHashes
+    rings: np.ndarray = field(default_factory=lambda: np.zeros((0, RING_FEATURES), np.float32))
+    keypoints: list[geometry.Keypoints] = field(default_factory=list)
+    embedding: np.ndarray | None = None  # (N, D) float32, unit length; None when not computed
+    seconds: float = 0.0
+    embed_seconds: float = 0.0  # CPU seconds of the embedding forward passes (summed over workers)
+    workers: int = 1
+
+
+def dihedral_apply(array: np.ndarray, g: int) -> np.ndarray:
+    """Symmetry ``g`` (0-7, see :data:`DIHEDRAL`) of a square array's last two axes: ``g % 4``
+    counter-clockwise quarter turns, after a left-right mirror when ``g >= 4``."""
+    if g >= 4:
+        array = np.flip(array, axis=-1)
+    return np.rot90(array, g % 4, axes=(-2, -1))
+
+
+def dihedral_inverse(g: int) -> int:
+    """The symmetry that undoes ``g``: turns go back, mirrored ones are their own inverse."""
+    return (4 - g) % 4 if g < 4 else g
+
+
+def _pack_bits(bits: np.ndarray) -> np.ndarray:
+    """(M, 64) booleans → (M,) uint64, row-major, most significant bit first (``int(str(imagehash), 16)``)."""
+    packed = np.packbits(bits.reshape(-1, 64), axis=-1)
+    return np.ascontiguousarray(packed).view(">u8")[:, 0].astype(np.uint64)
+
+
+def dihedral_phashes(grey: Image.Image) -> np.ndarray:
+    """pHash (``imagehash.phash``'s definition) of the eight dihedral transforms of ``grey``; entry 0 is
+    ``imagehash.phash(grey)`` itself.  The 32×32 resample is done once and transformed, which is the
+    same picture as resampling each transform (the filter is symmetric)."""
+    from scipy.fft import dct
+
+    pixels = np.asarray(grey.convert("L").resize((32, 32), Image.Resampling.LANCZOS), dtype=np.float64)
+    stack = np.stack([dihedral_apply(pixels, g) for g in range(8)])
+    low = dct(dct(stack, axis=1), axis=2)[:, :8, :8].reshape(8, 64)
+    return _pack_bits(low > np.median(low, axis=1, keepdims=True))
+
+
+def ring_spectrum(grey: Image.Image) -> np.ndarray:
+    """Rotation- and mirror-invariant descriptor of a picture's centre disc: per ring, its mean and the
+    magnitudes of its first angular Fourier harmonics (a turn shifts each ring's samples, a mirror
+    reverses them; neither changes the magnitudes).  Hand-written: no library ships this small
+    descriptor; ``scipy.ndimage.map_coordinates`` samples the rings."""
+    from scipy.ndimage import map_coordinates
+
+    pixels = np.asarray(grey.convert("L").resize((RING_SIDE, RING_SIDE), Image.Resampling.BILINEAR),
+                        dtype=np.float32)
+    theta = np.linspace(0, 2 * np.pi, RING_ANGLES, endpoint=False)
+    centre = (RING_SIDE - 1) / 2
+    ys = centre + RING_RADII[:, None] * np.sin(theta)[None]
+    xs = centre + RING_RADII[:, None] * np.cos(theta)[None]
+    rings = map_coordinates(pixels, [ys, xs], order=1, mode="nearest")
+    spectrum = np.abs(np.fft.rfft(rings, axis=1))[:, 1:RING_HARMONICS + 1] / RING_ANGLES
+    return np.concatenate([rings.mean(axis=1), spectrum.ravel()]).astype(np.float32)
+
+
+def dhash64(grey: Image.Image) -> int:
+    """dHash (``imagehash.dhash``'s definition, 8×8 row gradients) as a 64-bit integer."""
+    pixels = np.asarray(grey.convert("L").resize((9, 8), Image.Resampling.LANCZOS), dtype=np.int16)
+    return int(_pack_bits(pixels[:, 1:] > pixels[:, :-1])[0])
+
+
+def pixel_digest(rgb: Any) -> str:
+    """SHA-256 of decoded RGB pixels and their size: equal iff two files decode to the same picture."""
+    header = f"RGB {rgb.width}x{rgb.height}\n".encode()
+    return hashlib.sha256(header + rgb.tobytes()).hexdigest()
+
+
+def fingerprint_image(
+    path: str | os.PathLike,
+    expected_sha256: str | None = None,
+    max_image_pixels: int | None = None,
+    embed_side: int = 0,
+) -> dict[str, Any]:
+    """Fingerprints of one file: ``phash``, ``dhash``, ``dihedral`` (8 pHashes), ``digest``, ``thumb``,
+    ``weight``, ``keypoints`` and, when ``embed_side`` > 0, ``square`` (the RGB input of the embedding).
+
+    Decoded by the loading contract (:func:`imaging.open_decoded` + :func:`imaging.to_rgb`, EXIF
+    orientation applied) from the same bytes that are checked against ``expected_sha256``, so a file
+    changed since the corpus scan is refused instead of silently audited.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise AuditInputError(f"{path}: cannot read admitted image ({error}); rerun chapter 'corpus'") \
+            from None
+    if expected_sha256 is not None and sha256_bytes(data) != expected_sha256:
+        raise AuditInputError(f"{path} changed since chapter 'corpus' scanned it (SHA-256 differs from "
+                              "corpus/manifest.parquet); rerun chapter 'corpus' and then 'audit'.")
+    try:
+        rgb = imaging.to_rgb(imaging.open_decoded(data, max_image_pixels, path=path))
+    except imaging.ImageLoadError as error:
+        raise AuditInputError(f"{path}: admitted by chapter 'corpus' but cannot be decoded now "
+                              f"({error.reason}: {error.detail}); rerun chapter 'corpus'.") from None
+    digest = pixel_digest(rgb)
+    # Hashes and thumbnails need a small image only (pHash resamples to 32x32): an integer box reduction
+    # first (as JPEG draft decoding would) makes them ~4x cheaper without changing what they see.
+    # Keypoints and the embedding get a larger reduction of the same picture.
+    factor = min(rgb.size) // max(HASH_SIDE_LIMIT, geometry.SIDE, embed_side)
+    small = rgb.reduce(factor) if factor >= 2 else rgb
+    hash_factor = min(rgb.size) // HASH_SIDE_LIMIT
+    hash_input = rgb.reduce(hash_factor) if hash_factor >= 2 else rgb
+    grey = hash_input.convert("L")
+    dihedral = dihedral_phashes(grey)
+    thumb, weight = verifier.thumbnail(hash_input)
+    out = {"phash": int(dihedral[0]), "dhash": dhash64(grey), "dihedral": dihedral, "digest": digest,
+           "rings": ring_spectrum(grey),
+           "thumb": thumb, "weight": weight, "keypoints": geometry.keypoints(small)}
+    if embed_side:
+        out["square"] = np.asarray(small.resize((embed_side, embed_side), Image.Resampling.BILINEAR))
+    return out
+
+
+def _hash_chunk(root: str, rel_paths: list[str], shas: list[str | None], max_image_pixels: int | None,
+                embed_side: int) -> dict[str, Any]:
+    out = [fingerprint_image(Path(root) / rel, sha, max_image_pixels, embed_side)
+           for rel, sha in zip(rel_paths, shas, strict=True)]
+    chunk: dict[str, Any] = {
+        "phash": np.array([o["phash"] for o in out], dtype=np.uint64),
+        "dhash": np.array([o["dhash"] for o in out], dtype=np.uint64),
+        "dihedral": np.stack([o["dihedral"] for o in out]),
+        "rings": np.stack([o["rings"] for o in out]),
+        "digest": [o["digest"] for o in out], "thumb": np.stack([o["thumb"] for o in out]),
+        "weight": np.stack([o["weight"] for o in out]), "keypoints": [o["keypoints"] for o in out],
+        "embedding": None, "embed_seconds": 0.0,
+    }
+    if embed_side:
+        start = time.process_time()
+        chunk["embedding"] = embedding.embed_squares(np.stack([o["square"] for o in out]))
+        chunk["embed_seconds"] = time.process_time() - start
+    return chunk
+
+
+def hash_images(
+    root: str | os.PathLike,
+    rel_paths: Sequence[str],
+    sha256s: Sequence[str | None] | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    max_image_pixels: int | None = None,
+    embed_side: int = 0,
+) -> ImageHashes:
+    """Fingerprint every image on a process pool (chunks of files), results in input order.
+
+    ``embed_side`` > 0 also computes the EfficientNet-Lite0 embedding of every image at that side."""
+    rel_paths = list(rel_paths)
+    shas = list(sha256s) if sha256s is not None else [None] * len(rel_paths)
+    workers = max(1, int(workers or os.cpu_count() or 1))
+    side = verifier.THUMB
+    start = time.perf_counter()
+    if not rel_paths:
+        empty = np.zeros((0, side, side), dtype=np.uint8)
+        return ImageHashes(np.zeros(0, np.uint64), np.zeros(0, np.uint64), [], empty, empty.copy(),
+                           embedding=np.zeros((0, embedding.DIM), np.float32) if embed_side else None)
+    size = max(16, min(256, math.ceil(len(rel_paths) / (workers * 8))))
+    chunks = [(i, min(len(rel_paths), i + size)) for i in range(0, len(rel_paths), size)]
+    results: list[Any] = [None] * len(chunks)
+    bar = tqdm(total=len(rel_paths), desc="hashing images", unit="img", disable=not progress_wanted(progress),
+               mininterval=1.0)
+    with bar:
+        if workers == 1 or len(rel_paths) < INLINE_BELOW:
+            workers = 1
+            for k, (a, b) in enumerate(chunks):
+                results[k] = _hash_chunk(str(root), rel_paths[a:b], shas[a:b], max_image_pixels, embed_side)
+                bar.update(b - a)
+        else:
+            with ProcessPoolExecutor(max_workers=workers, initializer=embedding.single_threaded) as pool:
+                futures = {pool.submit(_hash_chunk, str(root), rel_paths[a:b], shas[a:b], max_image_pixels,
+                                       embed_side): k for k, (a, b) in enumerate(chunks)}
+                for future in as_completed(futures):
+                    k = futures[future]
+                    results[k] = future.result()
+                    bar.update(chunks[k][1] - chunks[k][0])
+    return ImageHashes(
+        phash=np.concatenate([r["phash"] for r in results]),
+        dhash=np.concatenate([r["dhash"] for r in results]),
+        pixel_sha256=[d for r in results for d in r["digest"]],
+        grey=np.concatenate([r["thumb"] for r in results]),
+        weight=np.concatenate([r["weight"] for r in results]),
+        dihedral=np.concatenate([r["dihedral"] for r in results]),
+        rings=np.concatenate([r["rings"] for r in results]),
+        keypoints=[kp for r in results for kp in r["keypoints"]],
+        embedding=np.concatenate([r["embedding"] for r in results]) if embed_side else None,
+        seconds=time.perf_counter() - start, embed_seconds=sum(r["embed_seconds"] for r in results),
+        workers=workers)

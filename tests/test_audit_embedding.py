@@ -1,0 +1,33 @@
+"""The embedding candidate source: mutual nearest neighbours by cosine, and unit-length Lite0 features."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cropcop_utils import pretrained
+from cropcop_utils.audit import embedding
+
+
+def test_neighbour_pairs_are_symmetric_unique_and_thresholded() -> None:
+    features = np.array([[1, 0, 0], [0.99, 0.14, 0], [0, 1, 0], [0, 0.95, 0.31], [0, 0, 1]], np.float32)
+    features /= np.linalg.norm(features, axis=1, keepdims=True)
+    pairs, cosine = embedding.neighbour_pairs(features, k=1, min_cosine=0.9)
+    assert pairs.tolist() == [[0, 1], [2, 3]]
+    assert np.all(cosine >= 0.9) and np.all(pairs[:, 0] < pairs[:, 1])
+    assert len(embedding.neighbour_pairs(features, k=4, min_cosine=-1)[0]) == 10
+    assert embedding.neighbour_pairs(features[:1], k=3, min_cosine=0)[0].shape == (0, 2)
+
+
+@pytest.mark.skipif(not pretrained.has_package_weights(embedding.ARCH), reason="no packaged weights")
+def test_embedding_is_unit_length_and_sees_a_flip_as_close() -> None:
+    from scipy.ndimage import gaussian_filter
+
+    rng = np.random.default_rng(0)
+    fields = gaussian_filter(rng.normal(size=(3, 96, 96, 3)), (0, 3, 3, 0))
+    squares = (128 + 60 * fields / fields.std()).clip(0, 255).astype(np.uint8)
+    squares[1] = squares[0, :, ::-1]
+    features = embedding.embed_squares(squares)
+    assert features.shape == (3, embedding.DIM)
+    assert np.allclose(np.linalg.norm(features, axis=1), 1, atol=1e-5)
+    assert features[0] @ features[1] > features[0] @ features[2]

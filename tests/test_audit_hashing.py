@@ -1,0 +1,61 @@
+"""Audit fingerprints: imagehash-compatible pHash / dHash, dihedral pHashes, and one read per file."""
+
+from __future__ import annotations
+
+import imagehash
+import numpy as np
+import pytest
+from PIL import Image
+from scipy.ndimage import gaussian_filter
+
+from cropcop_utils.audit import hashing
+
+
+def _texture(seed: int, side: int = 64) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    field = gaussian_filter(rng.normal(size=(side, side, 3)), (3, 3, 0))
+    field = (field - field.min()) / (field.max() - field.min())
+    return Image.fromarray((30 + 200 * field).astype(np.uint8))
+
+
+def _bits(a: int, b: int) -> int:
+    return bin(int(a) ^ int(b)).count("1")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hashes_match_imagehash(seed: int) -> None:
+    grey = _texture(seed).convert("L")
+    assert int(hashing.dihedral_phashes(grey)[0]) == int(str(imagehash.phash(grey)), 16)
+    assert hashing.dhash64(grey) == int(str(imagehash.dhash(grey)), 16)
+
+
+def test_each_symmetry_has_the_phash_of_the_transformed_picture() -> None:
+    picture = _texture(3)
+    eight = hashing.dihedral_phashes(picture.convert("L"))
+    for g in range(8):
+        channels_first = np.asarray(picture).transpose(2, 0, 1)
+        turned = Image.fromarray(hashing.dihedral_apply(channels_first, g).transpose(1, 2, 0).copy())
+        assert _bits(hashing.dihedral_phashes(turned.convert("L"))[0], eight[g]) <= 2, g
+    # an unrelated picture is far from every symmetry
+    other = hashing.dihedral_phashes(_texture(4).convert("L"))[0]
+    assert min(_bits(other, h) for h in eight) > 12
+
+
+def test_dihedral_inverse_undoes_each_symmetry() -> None:
+    grid = np.arange(16).reshape(4, 4)
+    seen = set()
+    for g in range(8):
+        turned = hashing.dihedral_apply(grid, g)
+        seen.add(turned.tobytes())
+        assert np.array_equal(hashing.dihedral_apply(turned, hashing.dihedral_inverse(g)), grid)
+    assert len(seen) == 8
+
+
+def test_fingerprint_reads_once_and_keeps_every_input(tmp_path) -> None:
+    path = tmp_path / "x.png"
+    _texture(5, 96).save(path)
+    out = hashing.fingerprint_image(path, embed_side=48)
+    assert out["thumb"].shape == out["weight"].shape
+    assert out["square"].shape == (48, 48, 3)
+    assert len(out["keypoints"].xy) == len(out["keypoints"].descriptors)
+    assert out["phash"] == int(out["dihedral"][0])
