@@ -57,3 +57,18 @@ def barrier(env: DistEnv) -> None:
         import torch.distributed as dist
 
         dist.barrier()
+
+
+def broadcast_buffers(module: Any, env: DistEnv) -> None:
+    """Give every rank rank 0's buffers (batch-norm statistics).
+
+    DDP broadcasts them only at the start of a training forward; the forward itself then updates each
+    rank's copy from its own batch.  A sharded evaluation after the last step would otherwise score part
+    of the rows with statistics that are not the ones rank 0 saves.
+    """
+    if not env.enabled:
+        return
+    import torch.distributed as dist
+
+    for buffer in module.buffers():
+        dist.broadcast(buffer.data, src=0)

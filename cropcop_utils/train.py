@@ -130,8 +130,8 @@ def regime_named(ctx: RunContext, name: str | None) -> Regime:
 def robust_inputs(ctx: RunContext, frozen: Any, config: dict[str, Any],
                   progress: bool = False) -> Any:
     """The background-robust regime's masks, pool and paste step (made once, then reused)."""
-    from . import robust_inputs as ri
     from .data import SquareCache, row_paths
+    from .regimes import robust_inputs as ri
 
     rows = frozen.rows_for("train")
     squares = SquareCache(row_paths(rows, ctx.corpus_root), ImageSpec.from_section(ctx.section("image")).size)
@@ -316,14 +316,14 @@ def run_chapter(ctx: RunContext, progress: bool = True) -> dict[str, Any]:
 def penalty_decision(ctx: RunContext, ch: Chapter, frozen: Any, trained: dict[str, Any]) -> dict[str, Any]:
     """Whether the off-leaf attribution penalty runs, decided from its cost measured on this machine:
     a plain and a penalised step of the background-robust compact model on one batch of train photos
-    with their leaf masks (:mod:`.attribution_penalty`)."""
+    with their leaf masks (:mod:`.regimes.attribution_penalty`)."""
     import numpy as np
     import torch
 
-    from . import attribution_penalty as penalty
     from . import imaging
-    from . import robust_inputs as ri
     from .models import create_model
+    from .regimes import attribution_penalty as penalty
+    from .regimes import robust_inputs as ri
 
     section = ctx.section("training").get("attribution_penalty") or {}
     robust = trained.get(BACKGROUND_ROBUST)

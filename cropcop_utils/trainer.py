@@ -37,7 +37,7 @@ from . import checkpoint as ckpt
 from .augment import AugmentParams
 from .config import progress_wanted
 from .data import EpochBatches, EvalImages, TrainImages, _mix, balanced_weights
-from .distributed import DistEnv, barrier, gather
+from .distributed import DistEnv, barrier, broadcast_buffers, gather
 from .evidence import atomic_write_parquet
 from .imaging import ImageSpec
 from .models import count_params, create_model, distillation_loss, weights_source
@@ -292,6 +292,7 @@ class Trainer:
         """Val loss, accuracy and macro-F1; each rank scores a stride of the rows, rank 0's view is all."""
         was_training = model.training
         model.eval()
+        broadcast_buffers(model, self.env)  # every shard scored with the statistics rank 0 saves
         shard = Subset(self.val_set, list(range(self.env.rank, len(self.val_set), self.env.world_size)))
         loader = DataLoader(shard, batch_size=int(self.cfg["eval_batch_size"]), shuffle=False,
                             num_workers=int(self.cfg["workers"]), generator=torch.Generator())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from cropcop_utils import attribution_penalty as penalty
 from cropcop_utils.models import create_model
+from cropcop_utils.regimes import attribution_penalty as penalty
 
 
 def _batch(n: int = 4, side: int = 32):

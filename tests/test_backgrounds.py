@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from cropcop_utils import backgrounds as bg
+from cropcop_utils.regimes import backgrounds as bg
 
 SIDE = 32
 

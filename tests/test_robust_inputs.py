@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cropcop_utils import robust_inputs as ri
 from cropcop_utils.evidence import Chapter, read_registry
+from cropcop_utils.regimes import robust_inputs as ri
 
 SIDE = 32
 SECTION = {"clutter": 1, "texture": 1, "leaf_blur": 1, "solid": 1, "gradient": 1}

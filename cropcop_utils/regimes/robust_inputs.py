@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..evidence import Chapter, atomic_write_bytes, read_registry, sha256_json
 from . import backgrounds as bg
-from .evidence import Chapter, atomic_write_bytes, read_registry, sha256_json
 
 MASKS = "training/leaf_masks.npz"
 POOL = "training/background_pool.npz"
@@ -54,7 +54,7 @@ def wait_for(run_dir: Any, rel_path: str, timeout_s: float = 1800.0, poll_s: flo
 
 def train_masks(ch: Chapter, rows: pd.DataFrame, squares: Any) -> tuple[list[np.ndarray], str]:
     """Leaf masks of the train rows (row order), loaded when the registered file matches, else made."""
-    from .field.masks import leaf_mask
+    from ..field.masks import leaf_mask
 
     ids = np.asarray(rows["row_id"].astype(str).tolist(), dtype=str)  # unicode, not object: no pickle
     side = int(squares.size)
