@@ -129,6 +129,9 @@ def test_composites_on_disk_keep_the_leaf_pixels_and_are_registered(tmp_path):
 
 @pytest.mark.slow
 def test_chapter_in_the_smoke_book(smoke_book):
+    from cropcop_utils import regimes
+    from cropcop_utils.config import reopen_run
+
     run = Path(smoke_book["run_dir"])
     facts = json.loads((run / "field/field.json").read_text())
     assert facts["status"] == "measured" and facts["cohort"]["identity_holds"]
@@ -143,7 +146,10 @@ def test_chapter_in_the_smoke_book(smoke_book):
     assert facts["masks"]["iou"]["value"] is not None
     reads = [json.loads(line) for line in (run / "test_access.jsonl").read_text().splitlines()]
     field_reads = [r for r in reads if r["reader"] == "field"]
-    assert len(field_reads) == 4 and all(r["override"] and r["reason"] for r in field_reads)
+    # each regime's four states read their recorded test predictions once (the lab_plain cell)
+    n_regimes = len(regimes.of_run(reopen_run(run)))
+    assert len(field_reads) == 4 * n_regimes and all(r["override"] and r["reason"] for r in field_reads)
+    assert len({r["model_state"] for r in field_reads}) == 4 * n_regimes
     assert (run / "field/card.md").exists() and "field/card.md" in read_registry(run)
 
 

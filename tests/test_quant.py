@@ -29,6 +29,7 @@ CLASSES = ("apple_healthy", "apple_scab", "tomato_mites")
 PER_SPLIT = {"train": 10, "val": 4, "test": 4}
 OVERRIDES = {
     "image": {"size": SIZE},
+    "training": {"regime": "baseline"},  # the tiny run holds one compact model, at the plain paths
     "ptq": {"candidates": [
         {"name": "dynamic_pc", "activations": "dynamic", "per_channel": True, "calibration_rows": 0},
         {"name": "static_pc_full", "activations": "static", "per_channel": True, "calibration_rows": 100},
