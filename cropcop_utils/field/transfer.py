@@ -317,7 +317,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         reason=None
         if cohort is not None
         else (
-            "this run has no field cohort (--field not given with a real corpus): nothing is known about "
+            "this run has no field cohort (`--field` not given with a real corpus): nothing is known about "
             "these models outside the lab; the lab-side measurements below still ran"
         ),
         field_root=None if root is None else str(root),
