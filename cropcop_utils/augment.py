@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as F
 
 from . import imaging
+from .config import dataclass_from_section
 
 
 class AugmentConfigError(ValueError):
@@ -58,16 +59,7 @@ class AugmentParams:
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None) -> AugmentParams:
-        section = dict(section or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise AugmentConfigError(f"training.augment: unknown key(s) {unknown}; "
-                                     f"known keys: {sorted(known)}")
-        for key, value in section.items():
-            if isinstance(value, list):
-                section[key] = tuple(value)
-        params = cls(**section)
+        params = dataclass_from_section(cls, section, "training.augment", AugmentConfigError)
         params.validate()
         return params
 

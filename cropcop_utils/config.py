@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,18 @@ def _resolve_profile(profile: str | os.PathLike, seen: tuple[Path, ...]) -> dict
     if base_ref.suffix and not base_ref.is_absolute():
         base_ref = path.parent / base_ref
     return deep_merge(_resolve_profile(base_ref if base_ref.suffix else str(base), (*seen, path)), params)
+
+
+def dataclass_from_section(cls: type, section: dict[str, Any] | None, where: str,
+                           error: type[Exception]) -> Any:
+    """A parameters dataclass built from a profile section: unknown keys refused by name, YAML lists as
+    the tuples the dataclass declares; what the fields leave out keeps its default."""
+    section = dict(section or {})
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise error(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in section.items()})
 
 
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

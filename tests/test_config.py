@@ -113,3 +113,16 @@ def test_run_folders_from_before_the_field_option_still_reopen(tmp_path):
         yaml.safe_dump({"fingerprint": config.sha256_json(params), "params": params}, sort_keys=False))
     ctx = config.open_run(tmp_path, profile="smoke")
     assert "field" not in ctx.params and ctx.field_root is None
+
+
+def test_parameter_sections_refuse_unknown_keys_by_name_and_read_lists_as_tuples():
+    from cropcop_utils.augment import AugmentConfigError, AugmentParams
+    from cropcop_utils.regimes.backgrounds import BackgroundConfigError, RobustParams
+
+    with pytest.raises(AugmentConfigError, match=r"training\.augment: unknown key\(s\) \['hflipp'\]"):
+        AugmentParams.from_dict({"hflipp": 0.5})
+    refused = r"training\.background_robust: unknown key\(s\) \['lite'\]"
+    with pytest.raises(BackgroundConfigError, match=refused):
+        RobustParams.from_dict({"lite": [0.7, 1.2]})
+    params = RobustParams.from_dict({"light": [0.7, 1.2]})
+    assert params.light == (0.7, 1.2) and params.gamma == RobustParams().gamma

@@ -19,12 +19,14 @@ of chapter 10 use, and it works on the HWC uint8 squares the training cache hold
 from __future__ import annotations
 
 import io
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import cv2
 import numpy as np
 import torch
+
+from ..config import dataclass_from_section
 
 KINDS: tuple[str, ...] = ("clutter", "texture", "leaf_blur", "solid", "gradient")
 TEXTURES: tuple[str, ...] = ("grass", "gravel")   # scikit-image's bundled grey textures
@@ -68,16 +70,7 @@ class RobustParams:
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None) -> RobustParams:
-        section = dict(section or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise BackgroundConfigError(f"training.background_robust: unknown key(s) {unknown}; "
-                                        f"known: {sorted(known)}")
-        for key, value in section.items():
-            if isinstance(value, list):
-                section[key] = tuple(value)
-        params = cls(**section)
+        params = dataclass_from_section(cls, section, "training.background_robust", BackgroundConfigError)
         params.validate()
         return params
 
