@@ -30,7 +30,7 @@ lint: venv
 	$(VENV)/bin/ruff check cropcop_utils tests bench
 
 test: lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n auto --dist loadgroup
 
 bench: venv
 	$(PY) bench/audit_bench.py

@@ -35,8 +35,17 @@ def chapters_until(until: str | None) -> list[ChapterSpec]:
     return list(CHAPTERS[: names.index(until) + 1])
 
 
-def execute_chapter(spec: ChapterSpec, ctx: RunContext, book_dir: Path) -> Path:
-    """Run one chapter notebook headless; returns the executed notebook's path."""
+def _kernel_profile(profile: str | None, ctx: RunContext) -> str:
+    """A profile file is passed on as its absolute path (kernels run in the repository root); a profile
+    name as its name."""
+    if profile is not None and Path(str(profile)).suffix:
+        return str(Path(profile).resolve())
+    return ctx.profile
+
+
+def execute_chapter(spec: ChapterSpec, ctx: RunContext, book_dir: Path, profile: str | None = None) -> Path:
+    """Run one chapter notebook headless; returns the executed notebook's path.  ``profile`` is the
+    profile as the caller named it (a path to a YAML file stays a path: the kernel must find it too)."""
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
@@ -45,7 +54,7 @@ def execute_chapter(spec: ChapterSpec, ctx: RunContext, book_dir: Path) -> Path:
     if not source.exists():
         raise ChapterFailed(f"chapter '{spec.name}': notebook {source} is missing")
     book_dir.mkdir(parents=True, exist_ok=True)
-    parameters = {"run_dir": str(ctx.run_dir), "profile": ctx.profile, "data": ctx.data}
+    parameters = {"run_dir": str(ctx.run_dir), "profile": _kernel_profile(profile, ctx), "data": ctx.data}
     # The runner prints one progress line per chapter; bars inside a kernel would only clutter the book.
     os.environ.setdefault("TQDM_DISABLE", "1")
     limits = ctx.params.get("book", {})
@@ -190,7 +199,7 @@ def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = S
     for number, spec in enumerate(chain, start=1):
         log(f"[{number}/{len(chain)}] {spec.name}: running {spec.notebook}.ipynb …")
         tick = time.perf_counter()
-        execute_chapter(spec, ctx, root / "book")
+        execute_chapter(spec, ctx, root / "book", profile)
         ran.append(spec)
         log(f"[{number}/{len(chain)}] {spec.name}: done in {time.perf_counter() - tick:.1f} s")
     toc = write_run_pages(ctx, ran, root)

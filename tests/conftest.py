@@ -12,6 +12,19 @@ TOMATO = Path(__file__).resolve().parents[2] / "shared" / "data" / "plantvillage
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+BOOK_FIXTURES = ("smoke_book", "tomato_smoke_book")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
+def pytest_collection_modifyitems(config, items):
+    """``make test`` spreads the suite over the cores (pytest-xdist, ``--dist loadgroup``).  Each worker
+    builds its own session fixtures, so every test that reads one smoke book is sent to one worker:
+    each book runs once, and the two books run side by side."""
+    for item in items:
+        books = [name for name in BOOK_FIXTURES if name in item.fixturenames]
+        if books:
+            item.add_marker(pytest.mark.xdist_group("+".join(books)))
+
 
 @pytest.fixture(scope="session")
 def tomato_root() -> Path:

@@ -84,6 +84,17 @@ def test_a_cell_over_the_profile_timeout_fails_its_chapter(tmp_path, monkeypatch
     assert "CellTimeoutError" in str(failure.value) and str(executed) in str(failure.value)
 
 
+def test_a_profile_given_as_a_file_reaches_the_chapter_kernels(tmp_path, monkeypatch):
+    # The kernels open the run with the profile they are given: a profile file's name alone is unknown there.
+    _plant_corpus_chapter(tmp_path, monkeypatch, "from cropcop_utils import config\n"
+                          "config.load_profile(profile)\nraise ValueError('kernel profile: ' + profile)")
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("extends: smoke\nname: mine\n")
+    with pytest.raises(book.ChapterFailed, match=f"kernel profile: {profile}"):
+        book.run_book(tmp_path / "run", profile=str(profile), until="corpus", html=False,
+                      book_root=tmp_path / "root", log=lambda _: None)
+
+
 def test_a_render_holds_only_the_run_it_renders(tmp_path, monkeypatch):
     """Figures and pages an earlier render left under _build are gone before jupyter-book runs."""
     stale = [tmp_path / "_build/html/_images/earlier_run_figure.png", tmp_path / "_build/html/book/old.html",

@@ -25,14 +25,18 @@ KILL_AFTER = 5  # tiny run: 3 steps per epoch, checkpoints every 2 steps -> kill
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Run ``a`` trained in one go; run ``b`` SIGKILLed mid-epoch by the CLI, then resumed in-process."""
-    torch.set_num_threads(1)
+    """Run ``a`` trained in one go; run ``b`` SIGKILLed mid-epoch, then resumed.  Each run is a fresh CLI
+    process, as a user's would be: weights are compared bit for bit, and torch settings left in the test
+    process by other tests (one pytest-xdist worker runs many files) must not enter one run only."""
     base = tmp_path_factory.mktemp("training")
     a, b = build_run(base, "a"), build_run(base, "b")
-    train.train_model(a, "reference", progress=False)
+    trained = run_cli(a.run_dir, "reference")
+    assert trained.returncode == 0, trained.stderr[-2000:]
     killed = run_cli(b.run_dir, "reference", {KILL_ENV: str(KILL_AFTER)})
     at_kill = ckpt.load(b.run_dir / "training/reference/last.pt")["progress"]
-    summary = train.train_model(b, "reference", progress=False)
+    resumed = run_cli(b.run_dir, "reference")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    summary = ckpt.load(b.run_dir / "training/reference/last.pt")["progress"]
     return SimpleNamespace(base=base, a=a, b=b, killed=killed, at_kill=at_kill, summary=summary)
 
 
