@@ -357,8 +357,8 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
                                   "support_ssim": float(cfg["support_ssim"]),
                                   "support_inliers": int(cfg["support_inliers"]),
                                   "features": geometry.FEATURES, "ransac_px": geometry.RANSAC_PX,
-                                  "estimator": f"cv2.findHomography: {geometry.SCREEN} screens, {geometry.CONFIRM} "
-                                               f"refits from {geometry.SCREEN_INLIERS} inliers"},
+                                  "estimator": {"screen": geometry.SCREEN, "refit": geometry.CONFIRM,
+                                                "refit_from_inliers": geometry.SCREEN_INLIERS}},
                      "candidates_found": int(len(candidates.pairs)),
                      "candidates_verified": int((candidates.scored | candidates.geometry_done).sum()),
                      "ssim_scored": int(candidates.scored.sum()),
