@@ -9,7 +9,11 @@
    loading contract (``imaging.open_rgb``) and JPEG draft-mode decoding (one read per file, the DCT
    scaled down to about the audit's working side).  The embedding's images per CPU second and its
    share of the audit's time are printed too.
-2. The time to find every pair within the chosen pHash radius (the profile's ``audit.phash_radius``)
+2. The geometric verifier on (up to ``--geometry-pairs``) pairs the audit asked it about, one process:
+   pairs/s of the audit's estimators (USAC screen, classic RANSAC refit from ``geometry.SCREEN_INLIERS``
+   inliers) against classic RANSAC on every pair, and how many pairs the two leave with different
+   inlier counts at or above the screen level.
+3. The time to find every pair within the chosen pHash radius (the profile's ``audit.phash_radius``)
    among ``--hashes`` random 64-bit hashes with ``--planted`` near pairs planted at distances
    1..radius, and a check that every planted pair is found.
 """
@@ -31,7 +35,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cropcop_utils import audit, config, imaging  # noqa: E402
-from cropcop_utils.audit import hashing, pairs  # noqa: E402
+from cropcop_utils.audit import geometry, hashing, pairs  # noqa: E402
 from cropcop_utils.evidence import row_id, sha256_file  # noqa: E402
 
 TOMATO = Path(__file__).resolve().parents[2] / "shared" / "data" / "plantvillage-tomato"
@@ -96,6 +100,30 @@ def planted_codes(n: int, planted: int, radius: int, seed: int = 0) -> tuple[np.
     return codes, np.sort(ends, axis=1)
 
 
+def geometry_rates(result: audit.AuditResult, limit: int) -> None:
+    """Screen + refit against classic RANSAC alone, on the pairs the audit sent to geometry."""
+    asked = result.candidates.pairs[result.candidates.geometry_done][:limit]
+    points = result.hashes.keypoints
+    start = time.perf_counter()
+    screened = geometry.verify_pairs(points, asked)
+    screened_rate = len(asked) / (time.perf_counter() - start)
+    saved = geometry.SCREEN, geometry.SCREEN_INLIERS
+    geometry.SCREEN, geometry.SCREEN_INLIERS = geometry.CONFIRM, 2**31  # classic RANSAC on every pair
+    try:
+        start = time.perf_counter()
+        classic = geometry.verify_pairs(points, asked)
+        classic_rate = len(asked) / (time.perf_counter() - start)
+    finally:
+        geometry.SCREEN, geometry.SCREEN_INLIERS = saved
+    level = geometry.SCREEN_INLIERS
+    differ = int(((screened.inliers >= level) | (classic.inliers >= level)).sum()
+                 - ((screened.inliers == classic.inliers) & (classic.inliers >= level)).sum())
+    print(f"geometry on {len(asked):,} asked pairs, one process: {screened_rate:,.0f} pairs/s "
+          f"({geometry.SCREEN} screen, {geometry.CONFIRM} refit) vs {classic_rate:,.0f} pairs/s "
+          f"({geometry.CONFIRM} on every pair): {screened_rate / classic_rate:.1f}x; pairs with "
+          f">= {level} inliers under either and not the same count: {differ}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=None, help="image folder (default: tomato folder, else synthetic)")
@@ -104,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="default", help="profile whose audit section is used")
     parser.add_argument("--hashes", type=int, default=1_000_000)
     parser.add_argument("--planted", type=int, default=2_000)
+    parser.add_argument("--geometry-pairs", type=int, default=3_000)
     args = parser.parse_args(argv)
     cfg = {**config.load_profile(args.profile).get("audit", {}), "workers": args.workers}
     radius = int(audit.settings(cfg)["phash_radius"])
@@ -142,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{embed / (seconds * args.workers):.1%} of the audit's {args.workers}-worker time "
                   f"({seconds:.1f} s wall)")
         print("audit stages (s):", {k: round(v, 1) for k, v in result.candidates.timings.items()})
+        geometry_rates(result, args.geometry_pairs)
 
     codes, planted = planted_codes(args.hashes, args.planted, radius)
     plan = pairs.best_plan(len(codes), radius)

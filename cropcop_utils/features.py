@@ -432,24 +432,68 @@ class _ContractImages:
         return imaging.load_tensor(self.paths[index], self.size, self.mean, self.std)
 
 
+_POOL_BACKBONE: tuple[Any, Any] | None = None  # (choice, model) loaded once per pool process
+
+
+def _backbone_chunk(paths: list[str], choice: BackboneChoice, size: int, mean: Sequence[float],
+                    std: Sequence[float], batch_size: int) -> np.ndarray:
+    """One pool task: decode and embed a run of files on one torch thread (the pool supplies the rest)."""
+    import torch
+
+    from . import imaging
+
+    global _POOL_BACKBONE
+    torch.set_num_threads(1)
+    if _POOL_BACKBONE is None or _POOL_BACKBONE[0] != choice:
+        _POOL_BACKBONE = (choice, load_backbone(choice))
+    model, blocks = _POOL_BACKBONE[1], []
+    with torch.inference_mode():
+        for k in range(0, len(paths), batch_size):
+            batch = torch.stack([imaging.load_tensor(p, size, mean, std) for p in paths[k:k + batch_size]])
+            blocks.append(model(batch).float().numpy())
+    return np.concatenate(blocks)
+
+
 def extract_backbone_features(paths: Sequence[str | os.PathLike], choice: BackboneChoice, size: int,
                               mean: Sequence[float], std: Sequence[float], batch_size: int = 32,
-                              workers: int = 0, progress: bool = True) -> np.ndarray:
-    """Pooled features of the frozen backbone for every image (GPU when one is present)."""
+                              workers: int = 0, progress: bool = True, chunk: int = 512) -> np.ndarray:
+    """Pooled features of the frozen backbone for every image, in input order.
+
+    On a GPU: one model, a DataLoader with ``workers`` decoding processes.  On a CPU with ``workers``
+    > 1: a pool of ``workers`` processes, each decoding and embedding runs of ``chunk`` files on one
+    thread.  Why: a main process embedding beside decoding workers used about one core of two (68
+    images/s for EfficientNet-Lite0 at 128 px on PlantVillage tomato); each pool process keeps its own
+    core busy, as the audit's embedding does.
+    """
     import torch
     from torch.utils.data import DataLoader
     from tqdm import tqdm
 
+    paths = [os.fspath(p) for p in paths]
+    bar = tqdm(total=len(paths), desc=f"{choice.used} features", unit="img",
+               disable=not progress_wanted(progress), mininterval=1.0)
+    if not torch.cuda.is_available() and workers > 1 and len(paths) > chunk:
+        from concurrent.futures import ProcessPoolExecutor
+
+        spans = [(k, min(len(paths), k + chunk)) for k in range(0, len(paths), chunk)]
+        with bar, ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(_backbone_chunk, paths[a:b], choice, size, mean, std, batch_size)
+                       for a, b in spans]
+            blocks = []
+            for (a, b), future in zip(spans, futures, strict=True):
+                blocks.append(future.result())
+                bar.update(b - a)
+        return np.concatenate(blocks).astype(np.float32)
     model = load_backbone(choice)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
-    loader = DataLoader(_ContractImages([os.fspath(p) for p in paths], size, mean, std),
-                        batch_size=batch_size, shuffle=False, num_workers=workers)
+    loader = DataLoader(_ContractImages(paths, size, mean, std), batch_size=batch_size, shuffle=False,
+                        num_workers=workers)
     blocks = []
-    with torch.inference_mode():
-        for batch in tqdm(loader, desc=f"{choice.used} features", unit="batch",
-                          disable=not progress_wanted(progress)):
+    with bar, torch.inference_mode():
+        for batch in loader:
             blocks.append(model(batch.to(device)).float().cpu().numpy())
+            bar.update(len(batch))
     if not blocks:
         return np.zeros((0, getattr(model, "num_features", 0)), dtype=np.float32)
     return np.concatenate(blocks).astype(np.float32)

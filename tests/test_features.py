@@ -228,3 +228,16 @@ def test_backbone_features_from_the_packaged_imagenet_weights(tmp_path):
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     values = features.extract_backbone_features(paths, choice, 64, mean, std, batch_size=2, progress=False)
     assert values.shape == (2, 1280) and np.isfinite(values).all()
+
+
+def test_backbone_features_on_a_process_pool_equal_the_single_process_ones(tmp_path):
+    choice = features.resolve_backbone("tf_efficientnet_lite0", "package")
+    paths = write_images(tmp_path / "imgs", n=5)
+    mean, std = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
+    single = features.extract_backbone_features(paths, choice, 64, mean, std, batch_size=2, progress=False)
+    pooled = features.extract_backbone_features(paths, choice, 64, mean, std, batch_size=2, workers=2,
+                                                progress=False, chunk=2)
+    assert pooled.shape == single.shape == (5, 1280)
+    np.testing.assert_allclose(pooled, single, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(pooled[0], pooled[1])
+
