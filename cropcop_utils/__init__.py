@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from typing import Any
 
@@ -16,6 +17,11 @@ os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 from . import config, evidence
 from .config import RunContext, open_run, reopen_run
+
+# A per-user font cache built while matplotlib was being installed lacks its own fonts (STIX, Computer
+# Modern): every mathtext label then logs "findfont: ... not found" into the chapter's output, 24 lines in
+# one tomato audit page.  The fallback (DejaVu Sans) is what the figure uses either way.
+logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 
 __all__ = ["RunContext", "config", "evidence", "open_run", "reopen_run"]
 

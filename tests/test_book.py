@@ -144,6 +144,19 @@ def test_executed_chapters_carry_no_progress_bars(smoke_book):
         streams = [o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs
                    if o.output_type == "stream"]
         assert not any("%|" in text for text in streams), f"{spec.notebook} shows a progress bar"
+        assert not any("findfont" in text for text in streams), f"{spec.notebook} shows font-cache noise"
+
+
+def test_matplotlib_font_lookups_stay_out_of_the_chapters(caplog):
+    import logging
+
+    import matplotlib.font_manager as font_manager
+
+    import cropcop_utils  # noqa: F401  (the package quiets the font manager's fallback notices)
+
+    with caplog.at_level(logging.WARNING):
+        font_manager.findfont("A font family no machine has")
+    assert "findfont" not in caplog.text
 
 
 @pytest.mark.slow
