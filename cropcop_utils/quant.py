@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
+from . import int8_graph
 from .config import RunContext, progress_wanted
 from .evidence import Chapter, atomic_write_bytes, sha256_bytes, sha256_json
 
@@ -612,7 +613,8 @@ def evaluate_candidate(ch: Chapter, exported: Any, candidate: Candidate, batches
     model_state = sha256_bytes(blob)
     program = load_program(blob).module()
     ops = quantised_ops(program)
-    record = predict.predict(_callable(program), val_rows, cfg, model_state, desc=f"{candidate.name} val")
+    record = predict.predict(_callable(int8_graph.executable(program)), val_rows, cfg, model_state,
+                             desc=f"{candidate.name} val")
     ch.write_parquet(at(f"ptq/predictions_val_{candidate.name}.parquet"), record)
     scores = predict.score(record)
     result = {"candidate": candidate.name, "order": candidate.order, "activations": candidate.activations,
@@ -703,7 +705,7 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
                           "ptq.require_pass is set, so the chain stops here")
     atomic_write_bytes(ch.path(at(SELECTED)), blobs[selected])
     selected_sha = ch.record_output(at(SELECTED))
-    program = load_program(ch.path(at(SELECTED)).read_bytes()).module()
+    program = int8_graph.load_executable(ch.path(at(SELECTED)).read_bytes())
 
     int8_test, access = score_locked_test(ch, _callable(program), selected_sha, "ptq", cfg,
                                          bool(params.get("test_override", False)),
