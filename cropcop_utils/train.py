@@ -50,6 +50,7 @@ DEFAULTS: dict[str, Any] = {
     "head_init_std": 0.01,      # re-initialise the K-way head (None = timm's initialisation)
     "grad_clip": None,          # max gradient norm, None = off
     "ema": {"enabled": True, "decay": 0.999, "warmup": True},  # timm ModelEmaV3
+    "raw_eval": "final",        # with an EMA: score the raw weights at the last epoch only (or: every)
     "imbalance": "none",        # none | sampler (class-balanced sampling) | loss (class-weighted loss)
     "augment": {},              # augment.AugmentParams overrides
     "distill": {"enabled": False, "temperature": 4.0, "alpha": 0.5},
@@ -101,6 +102,8 @@ def resolve_config(section: dict[str, Any], kind: str) -> dict[str, Any]:
         raise TrainingConfigError(f"training.{kind}.arch is not set (a timm architecture name)")
     if kind == "reference" and config["distill"].get("enabled"):
         raise TrainingConfigError("training.reference.distill: the reference has no teacher; disable it")
+    if config["raw_eval"] not in ("final", "every"):
+        raise TrainingConfigError(f"training.raw_eval must be final or every, got {config['raw_eval']!r}")
     if config["imbalance"] not in ("none", "sampler", "loss"):
         raise TrainingConfigError(f"training.imbalance must be none, sampler or loss, "
                                   f"got {config['imbalance']!r}")

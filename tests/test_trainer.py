@@ -64,3 +64,27 @@ def test_the_teacher_run_in_a_dataloader_worker_distils_the_same_compact_model(t
     for part in ("model", "ema"):
         for key, value in in_step[part].items():
             assert torch.equal(value, in_worker[part][key]), f"{part}.{key} differs (teacher in a worker)"
+
+
+@pytest.mark.parametrize("raw_eval", ["final", "every"])
+def test_with_an_ema_the_raw_weights_are_scored_when_raw_eval_says(tmp_path, raw_eval):
+    import pandas as pd
+    from train_fixtures import TINY_TRAINING
+
+    torch.set_num_threads(1)
+    ctx = build_run(tmp_path, "raw", training={**TINY_TRAINING, "raw_eval": raw_eval})
+    train.train_model(ctx, "reference", progress=False)
+    history = pd.read_parquet(ctx.run_dir / "training/reference/history.parquet")
+    assert history["val_macro_f1_ema"].notna().all()
+    scored = history["val_macro_f1"].notna().tolist()
+    assert scored == ([False, True] if raw_eval == "final" else [True, True])
+    last = history.iloc[-1]
+    best = ckpt.load(ctx.run_dir / "training/reference/best.pt")
+    assert best["weights"] in ("raw", "ema")
+    if last["best"]:
+        assert best["weights"] == last["selected"]
+
+
+def test_raw_eval_must_be_final_or_every():
+    with pytest.raises(train.TrainingConfigError, match="raw_eval"):
+        train.resolve_config({"raw_eval": "sometimes", "reference": {"arch": "test_resnet"}}, "reference")
