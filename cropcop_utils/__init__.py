@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from typing import Any
 
-# Torch's OpenMP threads (libgomp) spin for a long while before they sleep.  Beside one other busy process
-# on a 2-core machine that spinning took a two-thread EfficientNet-Lite1 training step from ~36 to ~12
-# images/s (one thread: ~22-25).  A short spin keeps most of the quiet rate (~32-35) and ~18-23 under that
-# load; never spinning (OMP_WAIT_POLICY=passive: ~27 loaded) costs a fifth of the quiet rate.  libgomp
-# reads this once, when torch loads: hence here, before any chapter module imports torch (the book's
-# kernels, DataLoader workers and latency subprocesses inherit it).  A user's own setting wins.
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+from . import cpu_tuning
 
-from . import config, evidence
-from .config import RunContext, open_run, reopen_run
+# before any chapter module imports torch: libgomp's spin and glibc's malloc (see cpu_tuning)
+cpu_tuning.apply()
+
+from . import config, evidence  # noqa: E402  (after the process settings above)
+from .config import RunContext, open_run, reopen_run  # noqa: E402
 
 # A per-user font cache built while matplotlib was being installed lacks its own fonts (STIX, Computer
 # Modern): every mathtext label then logs "findfont: ... not found" into the chapter's output, 24 lines in
