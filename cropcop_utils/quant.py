@@ -488,12 +488,13 @@ def plot_gate(table: pd.DataFrame, gate: Gate, selected: str) -> Figure:
                     alpha=0.08, lw=0)
     ax.axvline(100 * gate.max_macro_f1_drop, color="tab:green", ls="--", lw=1, label="gate")
     ax.axhline(100 * gate.min_agreement, color="tab:green", ls="--", lw=1)
-    for row, x, y in zip(table.itertuples(), drops, agree, strict=True):
+    for k, (row, x, y) in enumerate(zip(table.itertuples(), drops, agree, strict=True)):
         chosen = row.candidate == selected
         ax.scatter([x], [y], s=80 if chosen else 40, marker="*" if chosen else "o",
                    color="tab:red" if chosen else ("tab:blue" if row.passed else "tab:gray"), zorder=3)
+        # labels climb in rank order: candidates a few hundredths of a point apart stay readable
         ax.annotate(row.candidate + (" (selected)" if chosen else ""), (x, y), textcoords="offset points",
-                    xytext=(6, 4), fontsize=8)
+                    xytext=(6, 4 + 10 * (k % 3)), fontsize=8)
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(y_lo, 100.5)
     ax.set_xlabel("validation macro-F1 drop vs float (points)")
