@@ -514,6 +514,11 @@ def frozen_features(ctx: RunContext, params: dict[str, Any], cache: FeatureCache
         info["feature_dim"] = int(handcrafted.shape[1])
         return handcrafted, info
     info["weights_sha256"] = sha256_file(choice.weights_source)
+    reused, info["features_from"] = _audit_features(cache.ch, choice, info["weights_sha256"], size, image,
+                                                    row_ids)
+    if reused is not None:
+        info["feature_dim"] = int(reused.shape[1])
+        return reused, info
     settings = {"version": FEATURES_VERSION, "model": choice.used, "weights": info["weights_sha256"],
                 "size": size, "mean": list(image["mean"]), "std": list(image["std"])}
 
@@ -525,6 +530,37 @@ def frozen_features(ctx: RunContext, params: dict[str, Any], cache: FeatureCache
     values = cache.fetch(["backbone"], settings, row_ids, compute)["backbone"]
     info["feature_dim"] = int(values.shape[1])
     return values, info
+
+
+def _audit_features(ch: Chapter, choice: feat.BackboneChoice, weights_sha256: str, size: int,
+                    image: dict[str, Any], row_ids: np.ndarray) -> tuple[np.ndarray | None, dict[str, Any]]:
+    """The audit's pooled features of the same network, weights and contract square, when it made them.
+
+    Why: the audit's embedding pass (chapter 2) already runs this backbone over every admitted image
+    through the loading contract; running it again here cost 80-140 s on PlantVillage tomato."""
+    from .audit import embedding
+
+    rel = embedding.FEATURES_FILE
+    record: dict[str, Any] = {"path": rel, "status": "computed"}
+    if choice.used != embedding.ARCH or not choice.package:
+        record["reason"] = f"the audit embeds with the packaged {embedding.ARCH}, not this backbone"
+        return None, record
+    if not ch.path(rel).exists():
+        record["reason"] = "the audit wrote no embedding (audit.embedding_k: 0)"
+        return None, record
+    try:
+        path = ch.verify(rel)
+    except FingerprintMismatch as error:
+        record["reason"] = f"not reused: {error}"
+        return None, record
+    values, why = embedding.reusable_features(path, choice.used, weights_sha256, size, list(image["mean"]),
+                                              list(image["std"]), row_ids)
+    if values is None:
+        ch.inputs.pop(rel, None)
+        record["reason"] = why
+        return None, record
+    record.update(status="reused", sha256=ch.inputs[rel])
+    return values, record
 
 
 def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
@@ -679,6 +715,11 @@ def describe_backbone(backbone: dict[str, Any]) -> str:
             f"(`{backbone['used']}`; {backbone['feature_dim']} features per image, {size}×{size} inputs "
             f"through the loading contract), loaded from {source}, SHA-256 `{backbone['weights_sha256']}`. "
             "Nothing was downloaded.")
+    origin = backbone.get("features_from") or {}
+    if origin.get("status") == "reused":
+        text += (" The features are those chapter 2's embedding pass computed with the same network, "
+                 f"weights and contract square (`{origin['path']}`, SHA-256 `{origin['sha256'][:12]}…`), "
+                 "not a second pass.")
     if backbone.get("fallback_reason"):
         text = (f"**The requested backbone {asked} was not used.** Reason: {backbone['fallback_reason']}"
                 f"\n\n{text}")

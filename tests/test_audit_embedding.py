@@ -31,3 +31,25 @@ def test_embedding_is_unit_length_and_sees_a_flip_as_close() -> None:
     assert features.shape == (3, embedding.DIM)
     assert np.allclose(np.linalg.norm(features, axis=1), 1, atol=1e-5)
     assert features[0] @ features[1] > features[0] @ features[2]
+
+
+@pytest.mark.skipif(not pretrained.has_package_weights(embedding.ARCH), reason="no packaged weights")
+def test_saved_features_are_reused_only_for_the_same_computation(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    squares = rng.integers(0, 255, (3, 40, 40, 3), dtype=np.uint8)
+    raw = embedding.pooled_features(squares)
+    assert np.allclose(embedding.unit(raw), embedding.embed_squares(squares), atol=1e-6)
+    path = tmp_path / "embedding.npz"
+    path.write_bytes(embedding.features_bytes(["a", "b", "c"], raw, 40))
+    sha = embedding.weights_description()["sha256"]
+    args = (embedding.ARCH, sha, 40, [0.5] * 3, [0.5] * 3)
+    values, why = embedding.reusable_features(path, *args, np.array(["c", "a"]))
+    assert why == "reused" and np.array_equal(values, raw[[2, 0]])
+    missing = embedding.reusable_features(path, *args, np.array(["a", "z"]))[1]
+    assert missing == "1 row(s) were not embedded by the audit"
+    assert "side" in embedding.reusable_features(path, embedding.ARCH, sha, 64, [0.5] * 3, [0.5] * 3,
+                                                 np.array(["a"]))[1]
+    assert "mean" in embedding.reusable_features(path, embedding.ARCH, sha, 40, [0.4] * 3, [0.5] * 3,
+                                                 np.array(["a"]))[1]
+    assert "weights" in embedding.reusable_features(path, embedding.ARCH, "0" * 64, 40, [0.5] * 3, [0.5] * 3,
+                                                    np.array(["a"]))[1]

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 from scipy.ndimage import gaussian_filter
 
+from cropcop_utils import imaging
 from cropcop_utils.audit import hashing
 
 
@@ -56,6 +57,14 @@ def test_fingerprint_reads_once_and_keeps_every_input(tmp_path) -> None:
     _texture(5, 96).save(path)
     out = hashing.fingerprint_image(path, embed_side=48)
     assert out["thumb"].shape == out["weight"].shape
-    assert out["square"].shape == (48, 48, 3)
+    assert np.array_equal(out["square"], imaging.load_array(path, 48))  # the loading contract's square
     assert len(out["keypoints"].xy) == len(out["keypoints"].descriptors)
     assert out["phash"] == int(out["dihedral"][0])
+
+
+def test_the_embedding_square_of_a_tall_photo_is_the_contracts_padded_square(tmp_path) -> None:
+    path = tmp_path / "tall.png"
+    _texture(3, 96).crop((0, 0, 60, 96)).save(path)
+    square = hashing.fingerprint_image(path, embed_side=40)["square"]
+    assert np.array_equal(square, imaging.load_array(path, 40))
+    assert square.shape == (40, 40, 3)

@@ -384,3 +384,42 @@ def test_cue_settings_can_differ_per_cue():
     assert reps["thumbnail"]["params"]["forest_min_leaf"] == 1
     forest = probes.make_classifier("extra_trees", reps["metadata"]["params"], ["exif_make"])
     assert forest.steps[-1][1].min_samples_leaf == 5
+
+
+def test_the_audits_embedding_is_reused_when_it_is_the_same_computation(chapter_run, tmp_path):
+    import shutil
+
+    from cropcop_utils import imaging
+    from cropcop_utils.audit import embedding
+
+    ctx, _ = chapter_run
+    copy = tmp_path / "run"
+    shutil.copytree(ctx.run_dir, copy)
+    ctx2 = config.RunContext(run_dir=copy, params=ctx.params, fingerprint=ctx.fingerprint)
+    params = probes.probe_params(ctx2, {"workers": 1, "progress": False})
+    ch = Chapter(copy, "probes")
+    rows = pd.read_parquet(copy / "split/split.parquet")
+    rows = rows[rows["split"].isin(("train", "val", "test"))].reset_index(drop=True)
+    row_ids = rows["row_id"].to_numpy().astype(str)
+    paths = [ctx2.corpus_root / rel for rel in rows["rel_path"]]
+    size = int(ctx2.section("image")["size"])
+    choice = features.resolve_backbone(params["backbone"], params["backbone_weights"],
+                                       fallback=params["fallback_backbone"])
+    fresh = features.extract_backbone_features(paths, choice, size, [0.5] * 3, [0.5] * 3, progress=False)
+
+    def probe_with_audit_side(side: int) -> tuple[np.ndarray, dict]:
+        squares = np.stack([imaging.load_array(p, side) for p in paths])
+        audit = Chapter(copy, "audit")
+        (copy / embedding.FEATURES_FILE).write_bytes(
+            embedding.features_bytes(row_ids[::-1].tolist(), embedding.pooled_features(squares[::-1]), side))
+        audit.record_output(embedding.FEATURES_FILE)
+        cache = probes.FeatureCache(ch, "f" * 64)
+        return probes.frozen_features(ctx2, params, cache, paths, row_ids, np.zeros((len(paths), 2)))
+
+    values, info = probe_with_audit_side(size)
+    assert info["features_from"]["status"] == "reused"
+    assert np.allclose(values, fresh, atol=1e-4)  # same network and squares; batches differ
+    assert "not a second pass" in probes.describe_backbone(info)
+    values, info = probe_with_audit_side(size + 8)
+    assert info["features_from"]["status"] == "computed" and "side" in info["features_from"]["reason"]
+    assert np.allclose(values, fresh, atol=1e-5)

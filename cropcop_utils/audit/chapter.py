@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..evidence import Chapter
+from ..evidence import Chapter, atomic_write_bytes
 from . import embedding, geometry, verifier
 from .candidates import SOURCES, NearCandidates, near_candidates
 from .errors import AuditInputError
@@ -79,7 +79,7 @@ DEFAULTS: dict[str, Any] = {
     "dihedral_radius": 8,     # flips / quarter turns: bits between pHash(a) and a symmetry's pHash of b
     "embedding_k": 6,         # nearest embedding neighbours proposed per image (0: no embedding source)
     "embedding_min_cosine": 0.6,  # ... when at least this similar
-    "embedding_px": 96,       # side of the square the embedding network sees
+    "embedding_px": 128,      # side of the loading contract's square the embedding network sees
     "rings_k": 4,             # nearest ring-spectrum neighbours proposed per image (0: no rings source)
     "rings_min_correlation": 0.85,  # ... when their spectra correlate at least this much
     "verify_threshold": 0.90,  # SSIM that confirms a candidate (calibrated on synthetic truth)
@@ -305,6 +305,11 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
     ch.write_parquet("audit/groups.parquet", result.groups)
     ch.write_parquet("audit/threshold_table.parquet", result.table)
     ch.write_parquet("audit/verifier_calibration.parquet", result.calibration)
+    if result.hashes.features is not None:
+        saved = embedding.features_bytes(rows["row_id"].astype(str).tolist(), result.hashes.features,
+                                         int(cfg["embedding_px"]))
+        atomic_write_bytes(ch.path(embedding.FEATURES_FILE), saved)
+        ch.record_output(embedding.FEATURES_FILE)
     if result.by_source is not None:
         ch.write_parquet("audit/recall_by_source.parquet", result.by_source)
         ch.write_parquet("audit/geometry_calibration.parquet", result.geometry_table)

@@ -11,6 +11,8 @@ other light moves a perceptual hash by 20-35 bits, but barely moves what an Imag
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 ARCH = "tf_efficientnet_lite0"
@@ -45,8 +47,12 @@ def weights_description() -> dict:
     return pretrained.locate(ARCH).as_dict()
 
 
-def embed_squares(squares: np.ndarray) -> np.ndarray:
-    """Unit-length pooled features (N, DIM) float32 of RGB squares (N, S, S, 3) uint8."""
+def pooled_features(squares: np.ndarray) -> np.ndarray:
+    """Global-pooled features (N, DIM) float32 of RGB squares (N, S, S, 3) uint8, as the network gives them.
+
+    The inputs are normalised exactly as :func:`cropcop_utils.imaging.to_tensor` does with the weights'
+    mean and std, so on the loading contract's squares these are the features chapter 4's frozen probe
+    would compute (and may reuse: ``audit/embedding.npz``)."""
     import torch
 
     from ..pretrained import INPUT_MEAN, INPUT_STD
@@ -59,9 +65,18 @@ def embed_squares(squares: np.ndarray) -> np.ndarray:
         for k in range(0, len(squares), BATCH):
             x = torch.from_numpy(np.ascontiguousarray(squares[k:k + BATCH])).permute(0, 3, 1, 2).float() / 255
             parts.append(net((x - mean) / std).numpy())
-    features = np.concatenate(parts) if parts else np.zeros((0, DIM), np.float32)
+    return (np.concatenate(parts) if parts else np.zeros((0, DIM), np.float32)).astype(np.float32)
+
+
+def unit(features: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (cosine similarity becomes a dot product)."""
     norm = np.linalg.norm(features, axis=1, keepdims=True)
     return (features / np.maximum(norm, 1e-12)).astype(np.float32)
+
+
+def embed_squares(squares: np.ndarray) -> np.ndarray:
+    """Unit-length pooled features (N, DIM) float32 of RGB squares (N, S, S, 3) uint8."""
+    return unit(pooled_features(squares))
 
 
 def neighbour_pairs(features: np.ndarray, k: int, min_cosine: float) -> tuple[np.ndarray, np.ndarray]:
@@ -81,3 +96,42 @@ def neighbour_pairs(features: np.ndarray, k: int, min_cosine: float) -> tuple[np
     a, b = np.minimum(rows, cols)[keep], np.maximum(rows, cols)[keep]
     pairs, first = np.unique(np.stack([a, b], axis=1), axis=0, return_index=True)
     return pairs.astype(np.int64), cosine[keep][first].astype(np.float32)
+
+
+# --------------------------------------------------------------------------- reuse by chapter 4
+FEATURES_FILE = "audit/embedding.npz"
+
+
+def features_bytes(row_ids: list[str], features: np.ndarray, side: int) -> bytes:
+    """``audit/embedding.npz``: every audited row's pooled features with what they were computed from
+    (architecture, weights file SHA-256, the loading contract's side, mean and std)."""
+    import io
+
+    from ..pretrained import INPUT_MEAN, INPUT_STD
+
+    weights = weights_description()
+    buffer = io.BytesIO()
+    np.savez(buffer, row_ids=np.asarray(row_ids, dtype=str), features=features.astype(np.float32),
+             side=np.int64(side), arch=np.asarray(ARCH), weights_sha256=np.asarray(weights["sha256"]),
+             mean=np.asarray(INPUT_MEAN, np.float64), std=np.asarray(INPUT_STD, np.float64))
+    return buffer.getvalue()
+
+
+def reusable_features(path: str | os.PathLike, arch: str, weights_sha256: str, side: int,
+                      mean: list[float], std: list[float], row_ids: np.ndarray
+                      ) -> tuple[np.ndarray | None, str]:
+    """The rows' features from ``audit/embedding.npz`` when they are what the caller would compute (same
+    architecture, weights file, contract side, mean and std; every row present), else (None, why not)."""
+    with np.load(path, allow_pickle=False) as data:
+        recorded = {"architecture": str(data["arch"]), "weights": str(data["weights_sha256"]),
+                    "side": int(data["side"]), "mean": data["mean"].tolist(), "std": data["std"].tolist()}
+        wanted = {"architecture": arch, "weights": weights_sha256, "side": int(side),
+                  "mean": [float(v) for v in mean], "std": [float(v) for v in std]}
+        differ = [key for key in wanted if recorded[key] != wanted[key]]
+        if differ:
+            return None, f"the audit's embedding differs in {', '.join(differ)}"
+        index = {row: k for k, row in enumerate(data["row_ids"].astype(str).tolist())}
+        missing = [row for row in row_ids.astype(str).tolist() if row not in index]
+        if missing:
+            return None, f"{len(missing)} row(s) were not embedded by the audit"
+        return data["features"][[index[row] for row in row_ids.astype(str).tolist()]], "reused"

@@ -64,6 +64,7 @@ class ImageHashes:
     rings: np.ndarray = field(default_factory=lambda: np.zeros((0, RING_FEATURES), np.float32))
     keypoints: list[geometry.Keypoints] = field(default_factory=list)
     embedding: np.ndarray | None = None  # (N, D) float32, unit length; None when not computed
+    features: np.ndarray | None = None   # (N, D) float32 pooled features before scaling (chapter 4 reuses)
     seconds: float = 0.0
     embed_seconds: float = 0.0  # CPU seconds of the embedding forward passes (summed over workers)
     workers: int = 1
@@ -160,8 +161,8 @@ def fingerprint_image(
     digest = pixel_digest(rgb)
     # Hashes and thumbnails need a small image only (pHash resamples to 32x32): an integer box reduction
     # first (as JPEG draft decoding would) makes them ~4x cheaper without changing what they see.
-    # Keypoints and the embedding get a larger reduction of the same picture.
-    factor = min(rgb.size) // max(HASH_SIDE_LIMIT, geometry.SIDE, embed_side)
+    # Keypoints get a larger reduction of the same picture.
+    factor = min(rgb.size) // max(HASH_SIDE_LIMIT, geometry.SIDE)
     small = rgb.reduce(factor) if factor >= 2 else rgb
     hash_factor = min(rgb.size) // HASH_SIDE_LIMIT
     hash_input = rgb.reduce(hash_factor) if hash_factor >= 2 else rgb
@@ -172,7 +173,9 @@ def fingerprint_image(
            "rings": ring_spectrum(grey),
            "thumb": thumb, "weight": weight, "keypoints": geometry.keypoints(small)}
     if embed_side:
-        out["square"] = np.asarray(small.resize((embed_side, embed_side), Image.Resampling.BILINEAR))
+        # the loading contract's square (edge-mean padding, bicubic from the full picture): the embedding
+        # sees what the probes' frozen backbone and the models see, so chapter 4 can reuse its features
+        out["square"] = np.asarray(imaging.square_resize(rgb, embed_side), dtype=np.uint8)
     return out
 
 
@@ -187,11 +190,12 @@ def _hash_chunk(root: str, rel_paths: list[str], shas: list[str | None], max_ima
         "rings": np.stack([o["rings"] for o in out]),
         "digest": [o["digest"] for o in out], "thumb": np.stack([o["thumb"] for o in out]),
         "weight": np.stack([o["weight"] for o in out]), "keypoints": [o["keypoints"] for o in out],
-        "embedding": None, "embed_seconds": 0.0,
+        "embedding": None, "features": None, "embed_seconds": 0.0,
     }
     if embed_side:
         start = time.process_time()
-        chunk["embedding"] = embedding.embed_squares(np.stack([o["square"] for o in out]))
+        chunk["features"] = embedding.pooled_features(np.stack([o["square"] for o in out]))
+        chunk["embedding"] = embedding.unit(chunk["features"])
         chunk["embed_seconds"] = time.process_time() - start
     return chunk
 
@@ -216,7 +220,8 @@ def hash_images(
     if not rel_paths:
         empty = np.zeros((0, side, side), dtype=np.uint8)
         return ImageHashes(np.zeros(0, np.uint64), np.zeros(0, np.uint64), [], empty, empty.copy(),
-                           embedding=np.zeros((0, embedding.DIM), np.float32) if embed_side else None)
+                           embedding=np.zeros((0, embedding.DIM), np.float32) if embed_side else None,
+                           features=np.zeros((0, embedding.DIM), np.float32) if embed_side else None)
     size = max(16, min(256, math.ceil(len(rel_paths) / (workers * 8))))
     chunks = [(i, min(len(rel_paths), i + size)) for i in range(0, len(rel_paths), size)]
     results: list[Any] = [None] * len(chunks)
@@ -246,5 +251,6 @@ def hash_images(
         rings=np.concatenate([r["rings"] for r in results]),
         keypoints=[kp for r in results for kp in r["keypoints"]],
         embedding=np.concatenate([r["embedding"] for r in results]) if embed_side else None,
+        features=np.concatenate([r["features"] for r in results]) if embed_side else None,
         seconds=time.perf_counter() - start, embed_seconds=sum(r["embed_seconds"] for r in results),
         workers=workers)
