@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import Dataset, Sampler
-from torchvision.transforms.v2.functional import resize
 from tqdm import tqdm
 
 from . import imaging
@@ -82,9 +81,7 @@ class TrainImages(Dataset):
     """Augmented training samples; an index is ``(row_index, sample_seed)`` from :class:`EpochBatches`.
 
     ``paste`` (the background-robust regime, :class:`.backgrounds.BackgroundPaste`) changes the square
-    before the augmentation, drawing from the same per-sample generator.  ``train_px`` (set per epoch by
-    the trainer: progressive resizing) shrinks the augmented square to that side; None keeps the
-    loading contract's size.
+    before the augmentation, drawing from the same per-sample generator.
     """
 
     def __init__(self, rows: pd.DataFrame, corpus_root: str | os.PathLike, spec: ImageSpec,
@@ -94,7 +91,6 @@ class TrainImages(Dataset):
         self.params = params
         self.paste = paste
         self.squares = SquareCache(row_paths(rows, corpus_root), spec.size, enabled=cache)
-        self.train_px: int | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -106,8 +102,6 @@ class TrainImages(Dataset):
         if self.paste is not None:
             square = self.paste(square, row, generator)
         image = augment(square, self.params, generator)
-        if self.train_px is not None and self.train_px != self.spec.size:
-            image = resize(image, [self.train_px, self.train_px], antialias=True)
         return imaging.to_tensor(to_hwc(image), self.spec.mean, self.spec.std), int(self.labels[row])
 
 

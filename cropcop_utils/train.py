@@ -51,7 +51,6 @@ DEFAULTS: dict[str, Any] = {
     "grad_clip": None,          # max gradient norm, None = off
     "ema": {"enabled": True, "decay": 0.999, "warmup": True},  # timm ModelEmaV3
     "raw_eval": "final",        # with an EMA: score the raw weights at the last epoch only (or: every)
-    "low_res": {"px": None, "epochs": 0},   # progressive resizing: the first `epochs` epochs train at `px`
     "imbalance": "none",        # none | sampler (class-balanced sampling) | loss (class-weighted loss)
     "augment": {},              # augment.AugmentParams overrides
     "distill": {"enabled": False, "temperature": 4.0, "alpha": 0.5},
@@ -105,7 +104,6 @@ def resolve_config(section: dict[str, Any], kind: str) -> dict[str, Any]:
         raise TrainingConfigError("training.reference.distill: the reference has no teacher; disable it")
     if config["raw_eval"] not in ("final", "every"):
         raise TrainingConfigError(f"training.raw_eval must be final or every, got {config['raw_eval']!r}")
-    _check_low_res(config["low_res"], kind)
     if config["imbalance"] not in ("none", "sampler", "loss"):
         raise TrainingConfigError(f"training.imbalance must be none, sampler or loss, "
                                   f"got {config['imbalance']!r}")
@@ -113,18 +111,6 @@ def resolve_config(section: dict[str, Any], kind: str) -> dict[str, Any]:
         if int(config[key]) < 1:
             raise TrainingConfigError(f"training.{kind}.{key} must be >= 1, got {config[key]}")
     return config
-
-
-def _check_low_res(low_res: dict[str, Any], kind: str) -> None:
-    unknown = sorted(set(low_res) - {"px", "epochs"})
-    if unknown:
-        raise TrainingConfigError(f"training.{kind}.low_res: unknown key(s) {unknown}; "
-                                  "known: ['epochs', 'px']")
-    px, epochs = low_res.get("px"), int(low_res.get("epochs") or 0)
-    if epochs < 0:
-        raise TrainingConfigError(f"training.{kind}.low_res.epochs must be >= 0, got {epochs}")
-    if px is not None and int(px) < 16:
-        raise TrainingConfigError(f"training.{kind}.low_res.px must be >= 16 (or null: off), got {px}")
 
 
 def model_dir(run_dir: str | os.PathLike, kind: str, regime: Regime | None = None) -> Path:

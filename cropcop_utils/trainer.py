@@ -176,12 +176,6 @@ class Trainer:
             counts = np.bincount(labels, minlength=job.num_classes).clip(min=1)
             self.class_weights = torch.as_tensor(len(labels) / (job.num_classes * counts),
                                                  dtype=torch.float32, device=self.device)
-        low_res = self.cfg.get("low_res") or {}
-        self.low_res_px = int(low_res["px"]) if low_res.get("px") is not None else None
-        self.low_res_epochs = int(low_res.get("epochs") or 0) if self.low_res_px else 0
-        if self.low_res_px and self.low_res_px > job.spec.size:
-            raise ValueError(f"training.{job.kind}.low_res.px ({self.low_res_px}) exceeds image.size "
-                             f"({job.spec.size}): progressive resizing only shrinks")
         self.steps_per_epoch = self._batches(0).steps
         total = self.steps_per_epoch * int(self.cfg["epochs"])
         warmup = min(total - 1, round(float(self.cfg["warmup_epochs"]) * self.steps_per_epoch))
@@ -224,11 +218,6 @@ class Trainer:
         for p in teacher.parameters():
             p.requires_grad_(False)
         return teacher
-
-    def train_px(self, epoch: int) -> int:
-        """The side the samples of ``epoch`` train at: low_res.px for the first low_res.epochs epochs
-        (progressive resizing: a 96-px step costs ~0.6 of a 128-px one), then image.size."""
-        return self.low_res_px if epoch < self.low_res_epochs else self.job.spec.size
 
     def _batches(self, epoch: int, start: int = 0) -> EpochBatches:
         return EpochBatches(len(self.train_set), int(self.cfg["batch_size"]), int(self.cfg["seed"]), epoch,
@@ -407,7 +396,6 @@ class Trainer:
         epoch, start = p["epoch"], p["batch"]
         batches = self._batches(epoch, start)
         p["epoch_seed"] = batches.order_seed
-        self.train_set.train_px = self.train_px(epoch)  # read by the loader's workers, made below
         workers = int(self.cfg["workers"])
         # On CPU the teacher's forward pass runs in the DataLoader worker, on the core the training step
         # leaves idle (distillation ~20 -> ~25 images/s on 2 cores); same inputs, same logits.
@@ -450,7 +438,6 @@ class Trainer:
         unscored = {"loss": float("nan"), "accuracy": float("nan"), "macro_f1": float("nan")}
         raw = raw or unscored
         row = {"model": self.job.kind, "epoch": epoch + 1, "step": p["global_step"],
-               "train_px": self.train_px(epoch),
                "lr": float(self.optimizer.param_groups[0]["lr"]), "train_loss": train_loss,
                "val_loss": raw["loss"], "val_acc": raw["accuracy"], "val_macro_f1": raw["macro_f1"],
                "val_acc_ema": ema["accuracy"] if ema else float("nan"),

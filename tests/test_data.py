@@ -76,26 +76,3 @@ def test_datasets_follow_the_loading_contract(tmp_path):
     train = TrainImages(frame, tmp_path, spec, AugmentParams())
     assert torch.equal(train[(2, 5)][0], train[(2, 5)][0])
     assert not torch.equal(train[(2, 5)][0], train[(2, 6)][0])
-
-
-def test_train_px_shrinks_the_augmented_square_and_nothing_else(tmp_path):
-    import pandas as pd
-    from PIL import Image
-    from torchvision.transforms.v2.functional import resize
-
-    pixels = np.random.default_rng(1).integers(0, 255, (40, 40, 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(tmp_path / "a.png")
-    frame = pd.DataFrame([{"rel_path": "a.png", "label": 0}])
-    spec = ImageSpec(32, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
-    images = TrainImages(frame, tmp_path, spec, AugmentParams())
-    full = images[(0, 7)][0]
-    images.train_px = 24
-    small = images[(0, 7)][0]
-    assert small.shape == (3, 24, 24)
-    # the same augmented square, resized: undo the normalisation, resize the uint8 image, compare
-    as_u8 = (full * 0.5 + 0.5).mul(255).round().to(torch.uint8)
-    expected = imaging.to_tensor(resize(as_u8, [24, 24], antialias=True).permute(1, 2, 0).numpy(),
-                                 spec.mean, spec.std)
-    assert torch.equal(small, expected)
-    images.train_px = 32
-    assert torch.equal(images[(0, 7)][0], full)

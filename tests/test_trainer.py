@@ -88,23 +88,3 @@ def test_with_an_ema_the_raw_weights_are_scored_when_raw_eval_says(tmp_path, raw
 def test_raw_eval_must_be_final_or_every():
     with pytest.raises(train.TrainingConfigError, match="raw_eval"):
         train.resolve_config({"raw_eval": "sometimes", "reference": {"arch": "test_resnet"}}, "reference")
-
-
-def test_low_res_epochs_train_at_their_side_then_at_the_contracts(tmp_path):
-    import pandas as pd
-    from train_fixtures import TINY_TRAINING
-
-    torch.set_num_threads(1)
-    reference = {**TINY_TRAINING["reference"], "low_res": {"px": 24, "epochs": 1}}
-    ctx = build_run(tmp_path, "lowres", training={**TINY_TRAINING, "reference": reference})
-    train.train_model(ctx, "reference", progress=False)
-    history = pd.read_parquet(ctx.run_dir / "training/reference/history.parquet")
-    assert history["train_px"].tolist() == [24, 32]
-
-
-@pytest.mark.parametrize("low_res, match", [({"px": 8, "epochs": 1}, "px must be >= 16"),
-                                            ({"px": 64, "epochs": -1}, "epochs must be >= 0"),
-                                            ({"px": 64, "epoch": 1}, "unknown key")])
-def test_low_res_is_validated(low_res, match):
-    with pytest.raises(train.TrainingConfigError, match=match):
-        train.resolve_config({"reference": {"arch": "test_resnet", "low_res": low_res}}, "reference")
