@@ -187,3 +187,25 @@ def test_source_labels_that_name_the_lab_class_are_direct_and_the_rest_by_sympto
     assert labels_directly("scab", "Apple_scab") and labels_directly("healthy", "Tomato___healthy")
     assert labels_directly("Apple_rust", "Apple_rust")
     assert not labels_directly("frog_eye_leaf_spot", "Apple_Black_rot")
+
+
+def test_a_donor_whose_leaf_fills_the_photo_is_recorded_and_another_is_drawn(tmp_path):
+    rng = np.random.default_rng(1)
+    lab_root = tmp_path / "lab"
+    rows = []
+    for k, cls in enumerate(["rot", "scab"]):
+        for i in range(2):
+            _leaf_png(lab_root / cls / f"l{i}.png", rng, (190, 185, 200))
+            rows.append({"row_id": f"{cls}{i}", "rel_path": f"{cls}/l{i}.png", "label": k, "class_name": cls})
+    _leaf_png(lab_root / "rot" / "full.png", rng, (190, 185, 200))
+    full = {"row_id": "full", "rel_path": "rot/full.png", "label": 0, "class_name": "rot"}
+    lab = bench.estimate_masks(bench.LeafSet(pd.DataFrame(rows), lab_root))
+    donors = bench.LeafSet(pd.DataFrame([full] + [r for r in rows if r["class_name"] == "scab"]), lab_root)
+    donors.masks["full"] = np.ones((40, 48), dtype=bool)  # the leaf fills the photo: nothing to inpaint
+    ch = Chapter(tmp_path / "run", "field")
+    manifest = bench.build(ch, lab, None, None, donors, seed=0)
+    unusable = pd.read_parquet(tmp_path / "run" / bench.UNUSABLE_DONORS)
+    assert unusable["row_id"].tolist() == ["full"] and "covers the whole photo" in unusable["reason"][0]
+    assert len(manifest) == 4 and "rot/full.png" not in set(manifest["backdrop_rel_path"])
+    rot = manifest[manifest["class_name"] == "rot"]
+    assert not rot["backdrop_same_class"].any()

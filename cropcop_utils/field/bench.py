@@ -22,6 +22,7 @@ from ..evidence import Chapter, atomic_write_bytes, row_id
 from . import composites as comp
 
 COMPOSITES = "field/composites"
+UNUSABLE_DONORS = "field/unusable_donors.parquet"  # train photos with no backdrop to inpaint, and why
 MANIFEST_COLUMNS = [
     "row_id",
     "rel_path",
@@ -101,18 +102,48 @@ class Backdrops:
         self.donors = donors
         self.classes = donors.rows["label"].to_numpy()
         self._plain: dict[int, np.ndarray] = {}
+        self.unusable: dict[int, str] = {}  # donor index -> why it has no backdrop (field/unusable_donors)
 
-    def plain(self, index: int) -> np.ndarray:
-        if index not in self._plain:
+    def plain(self, index: int) -> np.ndarray | None:
+        """The donor's inpainted backdrop, or None when it has none (its leaf fills the photo, or no leaf
+        was found): such a donor is recorded in ``unusable`` and never drawn again."""
+        if index not in self._plain and index not in self.unusable:
             r = self.donors.rows.iloc[index]
             if r.row_id not in self.donors.masks:
                 from .masks import leaf_mask
 
                 self.donors.masks[r.row_id] = np.asarray(leaf_mask(self.donors.rgb(r.rel_path)), dtype=bool)
-            self._plain[index] = comp.plain_background(
-                self.donors.rgb(r.rel_path), self.donors.masks[r.row_id]
-            )
-        return self._plain[index]
+            try:
+                self._plain[index] = comp.plain_background(
+                    self.donors.rgb(r.rel_path), self.donors.masks[r.row_id]
+                )
+            except comp.CompositeError as error:
+                self.unusable[index] = str(error)
+        return self._plain.get(index)
+
+    def draw(self, pick: int, same: bool, label: int, exclude: int, rng: np.random.Generator
+             ) -> tuple[np.ndarray, int, bool]:
+        """The backdrop of ``pick``, or, when that donor has none, of another donor drawn as
+        :func:`.composites.pick_partners` draws (same class first, never ``exclude``)."""
+        while (plain := self.plain(pick)) is None:
+            allowed = np.ones(len(self.classes), dtype=bool)
+            allowed[list(self.unusable)] = False
+            if 0 <= exclude < len(allowed):
+                allowed[exclude] = False
+            if not allowed.any():
+                raise comp.CompositeError("no train photo has a backdrop around its leaf to inpaint from "
+                                          f"(see {UNUSABLE_DONORS})")
+            candidates = np.flatnonzero(allowed & (self.classes == label))
+            same = len(candidates) > 0
+            pick = int(rng.choice(candidates if same else np.flatnonzero(allowed)))
+        return plain, pick, same
+
+    def unusable_table(self) -> pd.DataFrame:
+        rows = self.donors.rows
+        return pd.DataFrame({"row_id": [str(rows.iloc[i]["row_id"]) for i in sorted(self.unusable)],
+                             "rel_path": [str(rows.iloc[i]["rel_path"]) for i in sorted(self.unusable)],
+                             "reason": [self.unusable[i] for i in sorted(self.unusable)]},
+                            columns=["row_id", "rel_path", "reason"])
 
 
 def _write_png(ch: Chapter, rel_path: str, rgb: np.ndarray) -> None:
@@ -167,8 +198,9 @@ def build(
     donor_index = {path: i for i, path in enumerate(donors.rows["rel_path"])}
     own = np.array([donor_index.get(path, -1) for path in lab.rows["rel_path"]])
     picks, same = comp.pick_partners(lab_labels, backdrops.classes, rng, exclude=own)
-    for r, pick, ok in zip(lab.rows.itertuples(), picks, same, strict=True):
-        image = comp.composite(lab.rgb(r.rel_path), lab.masks[r.row_id], backdrops.plain(int(pick)))
+    for r, pick, ok, exclude in zip(lab.rows.itertuples(), picks, same, own, strict=True):
+        plain, pick, ok = backdrops.draw(int(pick), bool(ok), int(r.label), int(exclude), rng)
+        image = comp.composite(lab.rgb(r.rel_path), lab.masks[r.row_id], plain)
         add(
             "paste_control",
             r,
@@ -178,6 +210,7 @@ def build(
             ok,
         )
     if field_rows is None or field_root is None or len(field_rows) == 0:
+        ch.write_parquet(UNUSABLE_DONORS, backdrops.unusable_table())
         return pd.DataFrame(manifest, columns=MANIFEST_COLUMNS)
     field_labels = field_rows["label"].to_numpy()
     picks, same = comp.pick_partners(lab_labels, field_labels, rng)
@@ -199,14 +232,16 @@ def build(
         leaf_mask = np.asarray(load_mask(field_root / r.mask_rel_path), dtype=bool)
         if leaf_mask.shape != leaf_rgb.shape[:2] or not leaf_mask.any():
             continue  # a mask that does not fit its photo cannot define the leaf; counted by the chapter
+        plain, pick, ok = backdrops.draw(int(pick), bool(ok), int(r.label), -1, rng)
         add(
             "field_plain",
             r,
-            comp.composite(leaf_rgb, leaf_mask, backdrops.plain(int(pick))),
+            comp.composite(leaf_rgb, leaf_mask, plain),
             "lab train photo, leaf inpainted",
             str(donors.rows.iloc[int(pick)]["rel_path"]),
             ok,
         )
+    ch.write_parquet(UNUSABLE_DONORS, backdrops.unusable_table())
     return pd.DataFrame(manifest, columns=MANIFEST_COLUMNS)
 
 
