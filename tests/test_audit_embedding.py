@@ -19,6 +19,19 @@ def test_neighbour_pairs_are_symmetric_unique_and_thresholded() -> None:
     assert embedding.neighbour_pairs(features[:1], k=3, min_cosine=0)[0].shape == (0, 2)
 
 
+def test_neighbour_pairs_equal_a_brute_force_search_on_unnormalised_features() -> None:
+    rng = np.random.default_rng(3)
+    features = (rng.normal(size=(300, 16)) * rng.uniform(0.5, 9, (300, 1))).astype(np.float32)
+    pairs, cosine = embedding.neighbour_pairs(features, k=3, min_cosine=0.3)
+    unit = features / np.linalg.norm(features, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)
+    nearest = np.argsort(-similarity, axis=1)[:, :3]
+    expected = {(min(i, j), max(i, j)) for i in range(300) for j in nearest[i] if similarity[i, j] >= 0.3}
+    assert set(map(tuple, pairs.tolist())) == expected
+    assert np.allclose(cosine, similarity[pairs[:, 0], pairs[:, 1]], atol=1e-5)
+
+
 @pytest.mark.skipif(not pretrained.has_package_weights(embedding.ARCH), reason="no packaged weights")
 def test_embedding_is_unit_length_and_sees_a_flip_as_close() -> None:
     from scipy.ndimage import gaussian_filter
