@@ -75,6 +75,14 @@ def test_gap_formula():
     )
 
 
+def test_one_partner_skips_every_disallowed_photo_and_says_when_none_is_left():
+    rng = np.random.default_rng(0)
+    pool = np.array([0, 0, 1])
+    assert comp.pick_partner(0, pool, rng, [0, 7, -1]) == (1, True)
+    assert comp.pick_partner(0, pool, rng, [0, 1]) == (2, False)   # no class-0 photo left: any other
+    assert comp.pick_partner(0, pool, rng, [0, 1, 2]) is None
+
+
 def test_partners_come_from_the_same_class_and_never_the_row_itself():
     rng = np.random.default_rng(0)
     pool = np.array([0, 0, 1, 1, 2])

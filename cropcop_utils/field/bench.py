@@ -124,18 +124,13 @@ class Backdrops:
     def draw(self, pick: int, same: bool, label: int, exclude: int, rng: np.random.Generator
              ) -> tuple[np.ndarray, int, bool]:
         """The backdrop of ``pick``, or, when that donor has none, of another donor drawn as
-        :func:`.composites.pick_partners` draws (same class first, never ``exclude``)."""
+        :func:`.composites.pick_partner` draws (same class first, never ``exclude``)."""
         while (plain := self.plain(pick)) is None:
-            allowed = np.ones(len(self.classes), dtype=bool)
-            allowed[list(self.unusable)] = False
-            if 0 <= exclude < len(allowed):
-                allowed[exclude] = False
-            if not allowed.any():
+            got = comp.pick_partner(label, self.classes, rng, [*self.unusable, exclude])
+            if got is None:
                 raise comp.CompositeError("no train photo has a backdrop around its leaf to inpaint from "
                                           f"(see {UNUSABLE_DONORS})")
-            candidates = np.flatnonzero(allowed & (self.classes == label))
-            same = len(candidates) > 0
-            pick = int(rng.choice(candidates if same else np.flatnonzero(allowed)))
+            pick, same = got
         return plain, pick, same
 
     def unusable_table(self) -> pd.DataFrame:

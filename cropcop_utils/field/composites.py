@@ -19,6 +19,7 @@ backdrop (colour, gradient, grain) without a second leaf.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,21 @@ def background_share_resampled(
     return out
 
 
+def pick_partner(cls: Any, pool_classes: np.ndarray, rng: np.random.Generator,
+                 disallowed: Iterable[int] = ()) -> tuple[int, bool] | None:
+    """One partner index into the pool and whether it is of class ``cls``: one of that class where the
+    pool has one outside ``disallowed``, else any outside it; None when every pool photo is disallowed."""
+    allowed = np.ones(len(pool_classes), dtype=bool)
+    for k in disallowed:
+        if 0 <= k < len(pool_classes):
+            allowed[k] = False
+    if not allowed.any():
+        return None
+    candidates = np.flatnonzero(allowed & (pool_classes == cls))
+    same = len(candidates) > 0
+    return int(rng.choice(candidates if same else np.flatnonzero(allowed))), same
+
+
 def pick_partners(
     classes: np.ndarray, pool_classes: np.ndarray, rng: np.random.Generator, exclude: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -154,14 +170,9 @@ def pick_partners(
         raise CompositeError("no photos to draw backgrounds from")
     picks, same = np.empty(len(classes), dtype=np.int64), np.zeros(len(classes), dtype=bool)
     for i, cls in enumerate(classes):
-        allowed = np.ones(len(pool_classes), dtype=bool)
-        if exclude is not None and 0 <= exclude[i] < len(pool_classes):
-            allowed[exclude[i]] = False
-        candidates = np.flatnonzero(allowed & (pool_classes == cls))
-        same[i] = len(candidates) > 0
-        if not same[i]:
-            candidates = np.flatnonzero(allowed) if allowed.any() else np.arange(len(pool_classes))
-        picks[i] = rng.choice(candidates)
+        got = pick_partner(cls, pool_classes, rng, () if exclude is None else (int(exclude[i]),))
+        # a pool of one photo that is the row itself: that photo, as no other exists
+        picks[i], same[i] = got if got is not None else (int(rng.choice(len(pool_classes))), False)
     return picks, same
 
 
