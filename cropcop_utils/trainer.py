@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Subset, default_collate
+from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 from . import checkpoint as ckpt
@@ -120,19 +120,6 @@ def parameters_sha256(model: nn.Module) -> str:
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
-
-
-class TeacherCollate:
-    """A batch collated, then the frozen teacher's logits on it (run inside a DataLoader worker)."""
-
-    def __init__(self, teacher: nn.Module, memory_format: torch.memory_format) -> None:
-        self.teacher, self.memory_format = teacher, memory_format
-
-    def __call__(self, samples: list[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        images, labels = default_collate(samples)
-        with torch.no_grad():  # not inference_mode: the loss keeps these logits for its backward pass
-            logits = self.teacher(images.contiguous(memory_format=self.memory_format))
-        return images, labels, logits.float()
 
 
 # --------------------------------------------------------------------------- the loop
@@ -333,18 +320,15 @@ class Trainer:
                               enabled=self.amp_dtype is not None)
 
     # ---- training
-    def _step(self, images: torch.Tensor, labels: torch.Tensor, ddp_model: nn.Module,
-              teacher_logits: torch.Tensor | None = None) -> float:
+    def _step(self, images: torch.Tensor, labels: torch.Tensor, ddp_model: nn.Module) -> float:
         images = images.to(self.device, non_blocking=True).contiguous(memory_format=self.memory_format)
         labels = labels.to(self.device, non_blocking=True)
         smoothing = float(self.cfg["label_smoothing"])
         with self._autocast():
             logits = ddp_model(images)
             if self.teacher is not None:
-                if teacher_logits is None:
-                    with torch.no_grad():
-                        teacher_logits = self.teacher(images)
-                teacher_logits = teacher_logits.to(self.device)
+                with torch.no_grad():
+                    teacher_logits = self.teacher(images)
                 d = self.cfg["distill"]
                 loss = distillation_loss(logits, teacher_logits, labels, float(d["temperature"]),
                                          float(d["alpha"]), smoothing, self.class_weights)
@@ -397,16 +381,14 @@ class Trainer:
         batches = self._batches(epoch, start)
         p["epoch_seed"] = batches.order_seed
         workers = int(self.cfg["workers"])
-        # On CPU the teacher's forward pass runs in the DataLoader worker, on the core the training step
-        # leaves idle (distillation ~20 -> ~25 images/s on 2 cores); same inputs, same logits.
-        collate = (TeacherCollate(self.teacher, self.memory_format)
-                   if self.teacher is not None and workers > 0 and self.device.type == "cpu" else None)
-        loader = DataLoader(self.train_set, batch_sampler=batches, num_workers=workers, collate_fn=collate,
+        # The teacher's forward pass runs in the training step, on the step's threads: in a DataLoader
+        # worker (one thread beside them) it slowed distillation on 2 cores (bench/loader_bench.py).
+        loader = DataLoader(self.train_set, batch_sampler=batches, num_workers=workers,
                             generator=torch.Generator(), pin_memory=self.device.type == "cuda")
         every = int(self.cfg.get("checkpoint_every") or 0)
         last = time.perf_counter()
-        for index, (images, labels, *teacher_logits) in enumerate(loader, start=start):
-            loss = self._step(images, labels, ddp_model, *teacher_logits)
+        for index, (images, labels) in enumerate(loader, start=start):
+            loss = self._step(images, labels, ddp_model)
             # Time spent loading and stepping (not checkpointing), carried across resumes in progress.
             now = time.perf_counter()
             p["epoch_seconds"] = p.get("epoch_seconds", 0.0) + now - last
