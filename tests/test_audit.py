@@ -171,6 +171,16 @@ def test_every_near_pair_records_its_sources_and_scores(mini) -> None:
     assert (near["trusted"] == (near["verified_by"] != "")).all()
 
 
+def test_the_visual_words_source_proposes_pairs_when_switched_on(mini) -> None:
+    root, rows, _ = mini
+    result = audit.audit_corpus(rows, root, {**FAST, "words_k": 2})
+    near = result.relationships[result.relationships["kind"] == "near"]
+    sources = near["proposed_by"].str.split("+")
+    assert sources.apply(lambda s: "words" in s).any()
+    resized = _pair(result, "train/apple/n0.png", "test/apple/n_resize.png")
+    assert resized["trusted"]  # the other sources and the verifiers decide as before
+
+
 def test_unrelated_images_are_never_trusted(mini) -> None:
     _, _, result = mini
     trusted = result.relationships[result.relationships["trusted"]]
@@ -316,6 +326,9 @@ def test_settings_are_validated() -> None:
         audit.settings({"embedding_k": -1})
     with pytest.raises(audit.AuditInputError, match="geometry_min_inliers"):
         audit.settings({"geometry_min_inliers": 2})
+    for bad in ({"words_k": -1}, {"words_vocabulary": 1}):
+        with pytest.raises(audit.AuditInputError, match="words_k"):
+            audit.settings(bad)
     with pytest.raises(audit.AuditInputError, match="manifest"):
         audit.admitted_rows(pd.DataFrame({"row_id": ["x"]}))
 

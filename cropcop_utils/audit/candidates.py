@@ -1,6 +1,6 @@
 """Near candidates: who proposes a pair, capped per image, and what the two verifiers say.
 
-Three sources propose pairs between distinct pixel contents (one representative per pixel group):
+Five sources propose pairs between distinct pixel contents (one representative per pixel group):
 
 * ``phash`` — every pair within ``audit.table_radius`` pHash bits (:mod:`.pairs`), capped at
   ``audit.max_neighbours`` nearest partners per image; those within ``audit.phash_radius`` are proposed,
@@ -13,6 +13,9 @@ Three sources propose pairs between distinct pixel contents (one representative 
 * ``rings`` — each image's ``audit.rings_k`` nearest neighbours by the correlation of ring spectra
   (:func:`.hashing.ring_spectrum`, unchanged by a turn of any angle about the centre), at least
   ``audit.rings_min_correlation``: the arbitrary turns that neither hash nor embedding sees.
+* ``words`` — each image's ``audit.words_k`` nearest neighbours by a bag of ORB visual words
+  (:mod:`.words`, ``audit.words_vocabulary`` words): zoomed-out, cropped and warped copies whose local
+  patterns survive while their global picture changes.
 
 Proposed pairs are scored by the registered SSIM (:mod:`.verifier`) and by ORB + RANSAC
 (:mod:`.geometry`); a pair is trusted when either verifier accepts it (:func:`NearCandidates.accepted`).
@@ -32,11 +35,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import embedding, geometry, verifier
+from . import embedding, geometry, verifier, words
 from . import pairs as pair_search
 from .hashing import ImageHashes, dihedral_apply
 
-SOURCES = ("phash", "dihedral", "embedding", "rings")
+SOURCES = ("phash", "dihedral", "embedding", "rings", "words")
 SURE_SSIM = 0.95  # a hash-close pair this similar is a copy: the geometric verifier is not asked
 
 
@@ -181,7 +184,8 @@ def near_candidates(
     """Pairs of representatives proposed by any source (see module docstring), with both verifiers' scores.
 
     ``cfg``: the audit settings (``table_radius``, ``phash_radius``, ``max_neighbours``,
-    ``dihedral_radius``, ``embedding_k``, ``embedding_min_cosine``, ``verify_batch``).
+    ``dihedral_radius``, ``embedding_k``, ``embedding_min_cosine``, ``rings_k``,
+    ``rings_min_correlation``, ``words_k``, ``words_vocabulary``, ``verify_batch``).
     """
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -225,7 +229,15 @@ def near_candidates(
         ring_pairs = np.sort(representatives[local], axis=1) if len(local) else ring_pairs
     timings["rings_search_seconds"] = time.perf_counter() - start
 
-    proposals = [dihedral_pairs, embed_pairs, ring_pairs]
+    start = time.perf_counter()
+    word_pairs = np.zeros((0, 2), np.int64)
+    if int(cfg["words_k"]) > 0 and len(hashes.keypoints):
+        local, _ = words.neighbour_pairs([hashes.keypoints[r].descriptors for r in representatives],
+                                         int(cfg["words_k"]), int(cfg["words_vocabulary"]))
+        word_pairs = np.sort(representatives[local], axis=1) if len(local) else word_pairs
+    timings["words_search_seconds"] = time.perf_counter() - start
+
+    proposals = [dihedral_pairs, embed_pairs, ring_pairs, word_pairs]
     every = np.concatenate([table_pairs, table_pairs[table_capped], *proposals]).astype(np.int64)
     pairs, inverse = np.unique(every, axis=0, return_inverse=True)
     inverse = inverse.ravel()

@@ -5,11 +5,12 @@ Relationships between admitted images, strongest first:
 * ``exact_bytes`` — identical files (the manifest's SHA-256).
 * ``exact_pixels`` — different files, identical decoded pixels (same image re-saved with other metadata):
   SHA-256 of the RGB array (after EXIF orientation) and its size.
-* ``near`` — candidate-then-verify.  Four sources propose pairs (:mod:`.candidates`): pHash within
+* ``near`` — candidate-then-verify.  Five sources propose pairs (:mod:`.candidates`): pHash within
   ``audit.phash_radius`` (searched to ``audit.table_radius`` for the threshold table), the pHash of the
   eight flips and quarter turns within ``audit.dihedral_radius``, nearest neighbours in the ImageNet
   EfficientNet-Lite0 embedding (``audit.embedding_k``, ``audit.embedding_min_cosine``) and nearest
-  neighbours by a turn-invariant ring spectrum (``audit.rings_k``, ``audit.rings_min_correlation``);
+  neighbours by a turn-invariant ring spectrum (``audit.rings_k``, ``audit.rings_min_correlation``)
+  and by a bag of ORB visual words (``audit.words_k``, ``audit.words_vocabulary``);
   pHash and dihedral candidates are capped at ``audit.max_neighbours`` partners per image.  Two
   verifiers score every candidate: the registered, subject-weighted SSIM (:mod:`.verifier`,
   ``audit.verify_threshold``) and ORB + RANSAC homography inliers confirmed by the SSIM after alignment
@@ -82,6 +83,8 @@ DEFAULTS: dict[str, Any] = {
     "embedding_px": 128,      # side of the loading contract's square the embedding network sees
     "rings_k": 4,             # nearest ring-spectrum neighbours proposed per image (0: no rings source)
     "rings_min_correlation": 0.85,  # ... when their spectra correlate at least this much
+    "words_k": 0,             # nearest bag-of-ORB-words neighbours proposed per image (0: no words source)
+    "words_vocabulary": 256,  # visual words (k-means centres of the audited ORB descriptors)
     "verify_threshold": 0.90,  # SSIM that confirms a candidate (calibrated on synthetic truth)
     "geometry_min_inliers": 28,  # RANSAC homography inliers that confirm a candidate
     "geometry_min_ratio": 0.7,   # ... when at least this share of the matches
@@ -114,6 +117,8 @@ def settings(ctx_or_section: Any) -> dict[str, Any]:
         raise AuditInputError("audit.embedding_k must be >= 0 and audit.embedding_min_cosine in [-1, 1]")
     if int(merged["rings_k"]) < 0 or not -1 <= float(merged["rings_min_correlation"]) <= 1:
         raise AuditInputError("audit.rings_k must be >= 0 and audit.rings_min_correlation in [-1, 1]")
+    if int(merged["words_k"]) < 0 or int(merged["words_vocabulary"]) < 2:
+        raise AuditInputError("audit.words_k must be >= 0 and audit.words_vocabulary at least 2")
     if int(merged["embedding_px"]) < 32:
         raise AuditInputError("audit.embedding_px must be at least 32")
     if int(merged["geometry_min_inliers"]) < geometry.MIN_MATCHES or not 0 <= float(
