@@ -161,7 +161,7 @@ def test_every_near_pair_records_its_sources_and_scores(mini) -> None:
     rel = result.relationships
     near = rel[rel["kind"] == "near"]
     assert len(near) and (near["proposed_by"] != "").all()
-    assert set("+".join(near["proposed_by"]).split("+")) <= {"phash", "dihedral", "embedding", "rings"}
+    assert set("+".join(near["proposed_by"]).split("+")) <= set(audit.candidates.SOURCES)
     assert near["cosine"].notna().all()
     # geometry is asked wherever the SSIM is not already certain
     sure = near["verify_score"].fillna(-1) >= audit.candidates.SURE_SSIM
@@ -171,7 +171,7 @@ def test_every_near_pair_records_its_sources_and_scores(mini) -> None:
     assert (near["trusted"] == (near["verified_by"] != "")).all()
 
 
-def test_the_visual_words_source_proposes_pairs_when_switched_on(mini) -> None:
+def test_the_visual_words_source_proposes_pairs(mini) -> None:
     root, rows, _ = mini
     result = audit.audit_corpus(rows, root, {**FAST, "words_k": 2})
     near = result.relationships[result.relationships["kind"] == "near"]
@@ -380,6 +380,7 @@ def test_planted_truth_is_recovered_on_the_synthetic_corpus(smoke_run) -> None:
     by_source = pd.DataFrame(record["figures"]["recall_by_source"]).set_index("kind")
     assert set(by_source.index) == set(synthetic.PAIR_KINDS)
     assert by_source.loc["hflip", "proposed_dihedral"] == 1.0 and by_source.loc["hflip", "proposed_phash"] < 1
+    assert by_source["proposed_words"].max() > 0  # the visual-words source ran and proposed planted pairs
     assert "audit/recall_by_source.parquet" in record["outputs"]
     assert 0.0 <= truth["reshot_recall"] <= 1.0  # reported, not asserted: the hard case
     assert record["figures"]["inherited_partition"]["decision"] == "reject"

@@ -83,7 +83,7 @@ DEFAULTS: dict[str, Any] = {
     "embedding_px": 128,      # side of the loading contract's square the embedding network sees
     "rings_k": 4,             # nearest ring-spectrum neighbours proposed per image (0: no rings source)
     "rings_min_correlation": 0.85,  # ... when their spectra correlate at least this much
-    "words_k": 0,             # nearest bag-of-ORB-words neighbours proposed per image (0: no words source)
+    "words_k": 3,             # nearest bag-of-ORB-words neighbours proposed per image (0: no words source)
     "words_vocabulary": 256,  # visual words (k-means centres of the audited ORB descriptors)
     "verify_threshold": 0.90,  # SSIM that confirms a candidate (calibrated on synthetic truth)
     "geometry_min_inliers": 28,  # RANSAC homography inliers that confirm a candidate
