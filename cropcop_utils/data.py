@@ -47,20 +47,40 @@ def sample_seed(seed: int, epoch: int, position: int) -> int:
 class SquareCache:
     """The loading contract's square uint8 images of a set of rows, decoded once and kept in memory.
 
-    ``load_square`` is deterministic, so a cached array is exactly what a fresh decode would give.
+    ``load_square`` is deterministic, so a cached array is exactly what a fresh decode would give.  Caches
+    of the same files at the same size share their arrays within a process (:data:`SHARED_SETS` sets at
+    most): the compact model's trainer, built after the reference's on the same split, decodes nothing.
     """
+
+    SHARED_SETS = 4
+    _shared: dict[tuple[tuple[str, ...], int], list[np.ndarray | None]] = {}
 
     def __init__(self, paths: Sequence[Path], size: int, enabled: bool = True) -> None:
         self.paths = list(paths)
         self.size = size
-        self.arrays: list[np.ndarray | None] = [None] * len(self.paths)
         self.enabled = enabled
+        self.arrays: list[np.ndarray | None] = [None] * len(self.paths)
+        if enabled:
+            key = (tuple(str(p) for p in self.paths), int(size))
+            shared = SquareCache._shared
+            if key not in shared:
+                while len(shared) >= self.SHARED_SETS:
+                    shared.pop(next(iter(shared)))
+                shared[key] = self.arrays
+            self.arrays = shared[key]
 
-    def fill(self, progress: bool = False, desc: str = "decode") -> None:
+    def fill(self, progress: bool = False, desc: str = "decode", threads: int = 2) -> None:
+        """Decode every image not yet cached; ``threads`` decode side by side (Pillow releases the GIL
+        while it decodes and resizes), each writing its own slots, so the result does not depend on it."""
         if not self.enabled:
             return
-        for i in tqdm(range(len(self.paths)), desc=desc, disable=not progress_wanted(progress), leave=False):
-            self.get(i)
+        from concurrent.futures import ThreadPoolExecutor
+
+        missing = [i for i, a in enumerate(self.arrays) if a is None]
+        bar = tqdm(total=len(missing), desc=desc, disable=not progress_wanted(progress), leave=False)
+        with bar, ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            for _ in pool.map(self.get, missing):
+                bar.update()
 
     def get(self, index: int) -> np.ndarray:
         cached = self.arrays[index]

@@ -207,6 +207,8 @@ def _cuda() -> bool:
 def score_model(ctx: RunContext, ch: Chapter, frozen: Any, kind: str, config: dict[str, Any],
                 progress: bool = False, regime: Regime | None = None) -> dict[str, Any]:
     """Val and (once per checkpoint) test predictions of a model's best checkpoint; returns the scores."""
+    from dataclasses import replace
+
     from .models import create_model
     from .predict import PredictConfig, predict, same_state, score
 
@@ -220,7 +222,8 @@ def score_model(ctx: RunContext, ch: Chapter, frozen: Any, kind: str, config: di
     model.to(device)
     cfg = PredictConfig.from_ctx(ctx, batch_size=int(config["eval_batch_size"]),
                                  workers=int(config["workers"]), device=device, progress=progress)
-    val = predict(model, frozen.rows_for("val"), cfg, sha, desc=f"{kind}: val")
+    # val: the trainer's decoded squares of the same files, when it ran in this process (data.SquareCache)
+    val = predict(model, frozen.rows_for("val"), replace(cfg, cache=True), sha, desc=f"{kind}: val")
     ch.write_parquet(f"{folder}/predictions_val.parquet", val)
     test_rel = f"{folder}/predictions_test.parquet"
     if same_state(ch.path(test_rel), sha, frozen.rows_for("test")["row_id"]) and \

@@ -6,6 +6,7 @@ from collections import Counter
 
 import numpy as np
 import torch
+from PIL import Image
 
 from cropcop_utils import imaging
 from cropcop_utils.augment import AugmentParams
@@ -76,3 +77,34 @@ def test_datasets_follow_the_loading_contract(tmp_path):
     train = TrainImages(frame, tmp_path, spec, AugmentParams())
     assert torch.equal(train[(2, 5)][0], train[(2, 5)][0])
     assert not torch.equal(train[(2, 5)][0], train[(2, 6)][0])
+
+
+def test_square_caches_of_the_same_files_share_one_threaded_decode(tmp_path, monkeypatch):
+    from cropcop_utils import data
+
+    rng = np.random.default_rng(1)
+    paths = []
+    for k in range(7):
+        Image.fromarray(rng.integers(0, 255, (30, 40, 3), dtype=np.uint8)).save(tmp_path / f"{k}.png")
+        paths.append(tmp_path / f"{k}.png")
+    decoded = Counter()
+    load = imaging.load_array
+
+    def counting(path, size):
+        decoded[str(path)] += 1
+        return load(path, size)
+
+    monkeypatch.setattr(data.SquareCache, "_shared", {})
+    monkeypatch.setattr(data.imaging, "load_array", counting)
+    first = data.SquareCache(paths, 24)
+    first.fill(threads=2)
+    second = data.SquareCache(paths, 24)  # the compact model's trainer after the reference's
+    second.fill(threads=2)
+    assert all(n == 1 for n in decoded.values()) and len(decoded) == 7
+    for k, path in enumerate(paths):
+        assert np.array_equal(second.get(k), load(path, 24))  # threads write each image to its own slot
+    other = data.SquareCache(paths, 20)  # another size is another set of arrays
+    other.fill(threads=1)
+    assert len(decoded) == 7 and all(n == 2 for n in decoded.values())
+    off = data.SquareCache(paths, 24, enabled=False)
+    assert all(a is None for a in off.arrays)
