@@ -5,10 +5,11 @@
 1. On the same files (default: the PlantVillage tomato folder when present, else a generated synthetic
    corpus), images/s of the whole audit (hashing, candidate search, both verifiers:
    ``audit.audit_corpus``) and of hashing alone (every per-image fingerprint, keypoints and embedding
-   included), against images/s of plain decoding on the same process pool: full decoding under the
-   loading contract (``imaging.open_rgb``) and JPEG draft-mode decoding (one read per file, the DCT
-   scaled down to about the audit's working side).  The embedding's images per CPU second and its
-   share of the audit's time are printed too.
+   included, and the same pass split by stage: read + decode, the hashes proper, the verifiers'
+   inputs, the embedding's input), against images/s of plain decoding on the same process pool: full
+   decoding under the loading contract (``imaging.open_rgb``) and JPEG draft-mode decoding (one read
+   per file, the DCT scaled down to about the audit's working side).  The embedding's images per CPU
+   second and its share of the audit's time are printed too.
 2. The geometric verifier on (up to ``--geometry-pairs``) pairs the audit asked it about, one process:
    pairs/s of the audit's estimators (USAC screen, classic RANSAC refit from ``geometry.SCREEN_INLIERS``
    inliers) against classic RANSAC on every pair, and how many pairs the two leave with different
@@ -164,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"JPEG draft decode, one read:       {draft:8.1f} images/s")
         print(f"audit hashing (all fingerprints):  {hashed:8.1f} images/s  ({hashed / decode:.2f}x full "
               f"decode, {hashed / draft:.2f}x draft decode)")
+        # the same pass split by stage (CPU seconds summed over workers, as images/s on that many workers)
+        for stage, cpu in result.hashes.stage_seconds.items():
+            rate = len(files) * args.workers / cpu if cpu else float("inf")
+            print(f"  stage {stage:<16s} {rate:10.1f} images/s  ({rate / decode:.2f}x full decode, "
+                  f"{rate / draft:.2f}x draft decode)")
         print(f"whole audit (hash+search+verify):  {whole:8.1f} images/s  ({whole / decode:.2f}x decode; "
               f"{int(result.candidates.scored.sum()):,} candidates verified)")
         if embed:

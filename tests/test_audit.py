@@ -329,6 +329,9 @@ def test_settings_are_validated() -> None:
     for bad in ({"words_k": -1}, {"words_vocabulary": 1}):
         with pytest.raises(audit.AuditInputError, match="words_k"):
             audit.settings(bad)
+    for bad in ({"leaf_min_ssim": 3}, {"leaf_review_ssim": -2}):
+        with pytest.raises(audit.AuditInputError, match="leaf_min_ssim"):
+            audit.settings(bad)
     with pytest.raises(audit.AuditInputError, match="manifest"):
         audit.admitted_rows(pd.DataFrame({"row_id": ["x"]}))
 
@@ -367,7 +370,7 @@ def test_notebook_runs_headless_and_writes_the_evidence(smoke_run) -> None:
 
 @pytest.mark.slow
 def test_planted_truth_is_recovered_on_the_synthetic_corpus(smoke_run) -> None:
-    _, _, record = smoke_run
+    ctx, _, record = smoke_run
     truth = record["figures"]["synthetic"]
     assert truth["byte_copy_recall"] == 1.0
     # The smoke corpus is tiny (64 px, ~7 planted pairs per kind): the kinds a hash or its symmetries
@@ -382,6 +385,9 @@ def test_planted_truth_is_recovered_on_the_synthetic_corpus(smoke_run) -> None:
     assert by_source.loc["hflip", "proposed_dihedral"] == 1.0 and by_source.loc["hflip", "proposed_phash"] < 1
     assert by_source["proposed_words"].max() > 0  # the visual-words source ran and proposed planted pairs
     assert "audit/recall_by_source.parquet" in record["outputs"]
+    leaf = pd.read_parquet(ctx.run_dir / "audit" / "leaf_calibration.parquet")
+    assert leaf["pairs_added"].is_monotonic_decreasing and leaf["precision_near"].notna().all()
+    assert record["figures"]["verifier"]["leaf"]["min_ssim"] == audit.DEFAULTS["leaf_min_ssim"]
     assert 0.0 <= truth["reshot_recall"] <= 1.0  # reported, not asserted: the hard case
     assert record["figures"]["inherited_partition"]["decision"] == "reject"
 

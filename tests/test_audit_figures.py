@@ -39,6 +39,16 @@ def test_gallery_takes_the_weakest_confirmed_and_strongest_rejected_pairs():
     assert audit_figures.gallery_sample(exact, n=4).empty
 
 
+def test_leaf_review_lists_rejected_pairs_above_the_level_crossing_ones_first():
+    pairs = _near_pairs([0.5] * 6, [False, False, False, False, True, False])
+    pairs["leaf_ssim"] = pd.array([0.85, 0.95, 0.81, None, 0.99, 0.70], dtype="Float64")
+    pairs["crosses_split"] = [False, False, True, True, True, True]
+    sample = audit_figures.leaf_review_sample(pairs, 0.80, n=10)
+    # trusted (0.99), unscored (None) and below the level (0.70) are left out
+    assert sample["leaf_ssim"].tolist() == [0.81, 0.95, 0.85]
+    assert audit_figures.leaf_review_sample(pairs, 0.80, n=1)["leaf_ssim"].tolist() == [0.81]
+
+
 def test_pair_gallery_draws_both_images_of_each_pair(tmp_path):
     pairs = _near_pairs([0.9, 0.5, None], [True, False, True])
     pairs["verify_score"] = pairs["verify_score"].astype("Float64")  # None: SSIM not asked (geometry only)

@@ -68,3 +68,32 @@ def test_the_embedding_square_of_a_tall_photo_is_the_contracts_padded_square(tmp
     square = hashing.fingerprint_image(path, embed_side=40)["square"]
     assert np.array_equal(square, imaging.load_array(path, 40))
     assert square.shape == (40, 40, 3)
+
+
+def test_symmetries_in_the_dct_domain_equal_the_dct_of_the_turned_pixels() -> None:
+    from scipy.fft import dct
+
+    pixels = np.random.default_rng(9).uniform(0, 255, (32, 32))
+    low = dct(dct(pixels, axis=0), axis=1)[:8, :8]
+    for g in range(8):
+        turned = hashing.dihedral_apply(pixels, g)
+        direct = dct(dct(turned, axis=0), axis=1)[:8, :8]
+        np.testing.assert_allclose(hashing._coefficient_symmetry(low, g), direct, atol=1e-8)
+        vectorised = np.where(hashing._SYMMETRY_TRANSPOSED[g], low.T, low) * hashing._SYMMETRY_SIGNS[g]
+        np.testing.assert_allclose(vectorised, direct, atol=1e-8)
+
+
+def test_ring_sampler_equals_scipy_bilinear_sampling() -> None:
+    from scipy.ndimage import map_coordinates
+
+    picture = _texture(6, hashing.RING_SIDE).convert("L")
+    pixels = np.asarray(picture, dtype=np.float64)
+    theta = np.linspace(0, 2 * np.pi, hashing.RING_ANGLES, endpoint=False)
+    centre = (hashing.RING_SIDE - 1) / 2
+    ys = centre + hashing.RING_RADII[:, None] * np.sin(theta)[None]
+    xs = centre + hashing.RING_RADII[:, None] * np.cos(theta)[None]
+    expected = map_coordinates(pixels, [ys, xs], order=1, mode="nearest")
+    sampled = (hashing._ring_sampler() @ pixels.ravel()).reshape(expected.shape)
+    np.testing.assert_allclose(sampled, expected, atol=1e-9)
+    means = hashing.ring_spectrum(picture)[:len(hashing.RING_RADII)]
+    assert np.allclose(means, expected.mean(axis=1), atol=1e-3)

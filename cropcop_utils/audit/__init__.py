@@ -7,6 +7,8 @@ The chapter's code, by topic:
 * :mod:`.pairs` — every pair of 64-bit hashes within a Hamming radius (multi-index hashing).
 * :mod:`.candidates` — near candidates, capped per image, and their verifier scores.
 * :mod:`.verifier` — the registered, subject-weighted SSIM that confirms or refutes a candidate.
+* :mod:`.geometry` — ORB + RANSAC homography: the verifier for turned, sheared and warped copies.
+* :mod:`.leaf_align` — the two leaves laid on each other by their silhouettes, then SSIM.
 * :mod:`.relations` — exact pairs, pixel groups, the relationship table, leakage groups, the decision.
 * :mod:`.truth` — the synthetic corpus's planted truth and the evidence for radius and thresholds.
 * :mod:`.figures` — the gallery and plots.

@@ -17,8 +17,9 @@ Five sources propose pairs between distinct pixel contents (one representative p
   (:mod:`.words`, ``audit.words_vocabulary`` words): zoomed-out, cropped and warped copies whose local
   patterns survive while their global picture changes.
 
-Proposed pairs are scored by the registered SSIM (:mod:`.verifier`) and by ORB + RANSAC
-(:mod:`.geometry`); a pair is trusted when either verifier accepts it (:func:`NearCandidates.accepted`).
+Proposed pairs are scored by the registered SSIM (:mod:`.verifier`), by ORB + RANSAC (:mod:`.geometry`)
+and, where neither accepts them, by the SSIM of the two leaves laid on each other by their silhouettes
+(:mod:`.leaf_align`); a pair is trusted when any verifier accepts it (:func:`NearCandidates.accepted`).
 The SSIM verifier only speaks for *hash-close* pairs (within ``audit.phash_radius`` of pHash, or
 ``audit.dihedral_radius`` of a symmetry's pHash): its threshold was calibrated where the pictures
 already agree in their coarse layout, and between two smooth, featureless subjects that a learned or
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import embedding, geometry, verifier, words
+from . import embedding, geometry, leaf_align, verifier, words
 from . import pairs as pair_search
 from .hashing import ImageHashes, dihedral_apply
 
@@ -83,7 +84,12 @@ class NearCandidates:
     geometry: geometry.GeometryScores
     aligned_ssim: np.ndarray      # SSIM after warping b onto a by the homography (NaN: none fitted)
     hash_close: np.ndarray        # bool: within phash_radius, or dihedral_radius of a symmetry
+    leaf_ssim: np.ndarray | None = None  # leaf-aligned SSIM (NaN: not asked, or no leaf found)
     timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.leaf_ssim is None:
+            self.leaf_ssim = np.full(len(self.pairs), np.nan, dtype=np.float32)
 
     @property
     def scored(self) -> np.ndarray:
@@ -116,22 +122,30 @@ class NearCandidates:
         """Neither verifier is sure, but both lean the same way (re-shots: moved, relit leaves)."""
         return self.hash_close & (self.ssim >= support_ssim) & (self.geometry.inliers >= support_inliers)
 
+    def leaf_ok(self, leaf_min_ssim: float) -> np.ndarray:
+        return np.nan_to_num(self.leaf_ssim, nan=-1.0) >= leaf_min_ssim
+
     def accepted(self, ssim_threshold: float, min_inliers: int, min_ratio: float, min_ssim: float,
-                 support_ssim: float = 2.0, support_inliers: int = 0) -> np.ndarray:
-        """Verifier decision, whoever proposed the pair: SSIM (hash-close pairs), geometry, or both at
-        their lower support levels."""
+                 support_ssim: float = 2.0, support_inliers: int = 0, leaf_min_ssim: float = 2.0
+                 ) -> np.ndarray:
+        """Verifier decision, whoever proposed the pair: SSIM (hash-close pairs), geometry, both at
+        their lower support levels, or the leaf-aligned SSIM."""
         return ((self.hash_close & (self.ssim >= ssim_threshold))
                 | self.geometry_ok(min_inliers, min_ratio, min_ssim)
-                | self.both_agree(support_ssim, support_inliers))
+                | self.both_agree(support_ssim, support_inliers)
+                | self.leaf_ok(leaf_min_ssim))
 
     def verified_by(self, ssim_threshold: float, min_inliers: int, min_ratio: float, min_ssim: float,
-                    support_ssim: float = 2.0, support_inliers: int = 0) -> np.ndarray:
+                    support_ssim: float = 2.0, support_inliers: int = 0, leaf_min_ssim: float = 2.0
+                    ) -> np.ndarray:
+        """'+'-joined names of the verifiers accepting each pair ('' where none does)."""
         names = np.full(len(self.pairs), "", dtype=object)
-        ssim_ok = self.hash_close & (self.ssim >= ssim_threshold)
-        geo_ok = self.geometry_ok(min_inliers, min_ratio, min_ssim) | self.both_agree(support_ssim,
-                                                                                       support_inliers)
-        names[ssim_ok] = "ssim"
-        names[geo_ok] = np.where(ssim_ok[geo_ok], "ssim+geometry", "geometry")
+        ok = {"ssim": self.hash_close & (self.ssim >= ssim_threshold),
+              "geometry": self.geometry_ok(min_inliers, min_ratio, min_ssim)
+              | self.both_agree(support_ssim, support_inliers),
+              "leaf": self.leaf_ok(leaf_min_ssim)}
+        for name, flag in ok.items():
+            names[flag] = np.where(names[flag] == "", name, names[flag] + "+" + name)
         return names
 
 
@@ -284,8 +298,19 @@ def near_candidates(
     full.done[asked] = True
     aligned = _aligned_ssim(hashes, pairs, full, int(cfg["geometry_min_inliers"]))
     timings["geometry_seconds"] = time.perf_counter() - start
-    return NearCandidates(pairs, phash_d, dhash_d, dihedral_d, undo, cosine.astype(np.float32), capped,
-                          proposed, ssim, full, aligned, hash_close, timings)
+    found = NearCandidates(pairs, phash_d, dhash_d, dihedral_d, undo, cosine.astype(np.float32), capped,
+                           proposed, ssim, full, aligned, hash_close, timings=timings)
+    start = time.perf_counter()
+    if len(hashes.leaf_grey) and float(cfg.get("leaf_min_ssim", 2.0)) <= 1.0:
+        # only where the other verifiers left the pair open: what it adds is all it can change
+        settled = found.accepted(float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
+                                 float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]),
+                                 float(cfg["support_ssim"]), int(cfg["support_inliers"]))
+        open_rows = np.flatnonzero(any_source & ~settled)
+        found.leaf_ssim[open_rows] = leaf_align.align_pairs(hashes.leaf_grey, hashes.leaf_weight,
+                                                            pairs[open_rows], workers=workers)
+    timings["leaf_seconds"] = time.perf_counter() - start
+    return found
 
 
 def _aligned_ssim(hashes: ImageHashes, pairs: np.ndarray, geo: geometry.GeometryScores,

@@ -11,12 +11,14 @@ Relationships between admitted images, strongest first:
   EfficientNet-Lite0 embedding (``audit.embedding_k``, ``audit.embedding_min_cosine``) and nearest
   neighbours by a turn-invariant ring spectrum (``audit.rings_k``, ``audit.rings_min_correlation``)
   and by a bag of ORB visual words (``audit.words_k``, ``audit.words_vocabulary``);
-  pHash and dihedral candidates are capped at ``audit.max_neighbours`` partners per image.  Two
-  verifiers score every candidate: the registered, subject-weighted SSIM (:mod:`.verifier`,
-  ``audit.verify_threshold``) and ORB + RANSAC homography inliers confirmed by the SSIM after alignment
+  pHash and dihedral candidates are capped at ``audit.max_neighbours`` partners per image.  Three
+  verifiers score the candidates: the registered, subject-weighted SSIM (:mod:`.verifier`,
+  ``audit.verify_threshold``), ORB + RANSAC homography inliers confirmed by the SSIM after alignment
   (:mod:`.geometry`, ``audit.geometry_min_inliers``, ``audit.geometry_min_ratio``,
-  ``audit.geometry_min_ssim``).  A proposed pair that either verifier accepts is *trusted*; every score,
-  and who proposed and who confirmed it, is recorded either way.
+  ``audit.geometry_min_ssim``) and, for pairs neither accepts, the SSIM of the two leaves laid on each
+  other by their silhouettes (:mod:`.leaf_align`, ``audit.leaf_min_ssim``).  A proposed pair that any
+  verifier accepts is *trusted*; every score, and who proposed and who confirmed it, is recorded either
+  way.
 
 A pair is recorded once, with its strongest kind.  Near candidates are searched between distinct pixel
 contents only (a byte copy adds no information) and expanded back to every file holding them.
@@ -38,11 +40,12 @@ import numpy as np
 import pandas as pd
 
 from ..evidence import Chapter, atomic_write_bytes
-from . import embedding, geometry, verifier
+from . import embedding, geometry, leaf_align, verifier
 from .candidates import SOURCES, NearCandidates, near_candidates
 from .errors import AuditInputError
 from .figures import (
     gallery_sample,
+    leaf_review_sample,
     plot_group_sizes,
     plot_pair_gallery,
     plot_recall_by_source,
@@ -63,8 +66,10 @@ from .relations import (
 from .truth import (
     Truth,
     calibrated_threshold,
+    decision_settings,
     family_recall,
     geometry_calibration,
+    leaf_calibration,
     radius_reason,
     recall_by_source,
     threshold_table,
@@ -91,6 +96,8 @@ DEFAULTS: dict[str, Any] = {
     "geometry_min_ssim": 0.6,    # ... and b warped onto a by the homography reaches this SSIM
     "support_ssim": 0.85,     # a hash-close pair is also trusted when SSIM reaches this ...
     "support_inliers": 14,    # ... and the homography has this many inliers (both verifiers lean yes)
+    "leaf_min_ssim": 0.92,    # leaf-aligned SSIM confirming a pair the others left open (> 1: off)
+    "leaf_review_ssim": 0.80,  # rejected pairs from this leaf-aligned SSIM up are listed for a human look
     "verify_batch": 512,
     "gallery_pairs": 12,
 }
@@ -125,6 +132,9 @@ def settings(ctx_or_section: Any) -> dict[str, Any]:
             merged["geometry_min_ratio"]) <= 1 or not -1 <= float(merged["geometry_min_ssim"]) <= 1:
         raise AuditInputError(f"audit.geometry_min_inliers must be >= {geometry.MIN_MATCHES}, "
                               "audit.geometry_min_ratio in [0, 1] and audit.geometry_min_ssim in [-1, 1]")
+    if not -1 <= float(merged["leaf_min_ssim"]) <= 2 or not -1 <= float(merged["leaf_review_ssim"]) <= 2:
+        raise AuditInputError("audit.leaf_min_ssim and audit.leaf_review_ssim must lie in [-1, 2] (above 1 "
+                              "turns the leaf verifier off)")
     return merged
 
 
@@ -145,9 +155,7 @@ def admitted_rows(manifest: pd.DataFrame) -> pd.DataFrame:
 
 def near_table(candidates: NearCandidates, groups: PixelGroups, cfg: dict[str, Any]) -> pd.DataFrame:
     """Every proposed near pair expanded to file positions (``i``, ``j``) with :data:`NEAR_COLUMNS`."""
-    decision = (float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
-                float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]), float(cfg["support_ssim"]),
-                int(cfg["support_inliers"]))
+    decision = decision_settings(cfg)
     chosen = candidates.any_source
     accepted = candidates.accepted(*decision)
     geo = candidates.geometry
@@ -166,6 +174,8 @@ def near_table(candidates: NearCandidates, groups: PixelGroups, cfg: dict[str, A
         "geometry_ratio": asked(geo.ratio, "Float64"), "geometry_mirrored": asked(geo.mirrored, "boolean"),
         "geometry_ssim": pd.array(np.where(np.isnan(candidates.aligned_ssim), None, candidates.aligned_ssim),
                                   dtype="Float64"),
+        "leaf_ssim": pd.array(np.where(np.isnan(candidates.leaf_ssim), None, candidates.leaf_ssim),
+                              dtype="Float64"),
         "trusted": accepted,
     })[chosen].reset_index(drop=True)
     expanded, source = groups.expand(candidates.pairs[chosen])
@@ -195,6 +205,7 @@ class AuditResult:
     settings: dict[str, Any]
     by_source: pd.DataFrame | None = None
     geometry_table: pd.DataFrame | None = None
+    leaf_table: pd.DataFrame | None = None
     seconds: dict[str, float] | None = None
 
     def hash_table(self) -> pd.DataFrame:
@@ -253,9 +264,10 @@ def audit_corpus(
     by_source = recall_by_source(candidates, pixel_groups, exact, cfg, truth) if truth is not None else None
     geometry_table = geometry_calibration(candidates, pixel_groups, exact, cfg, truth) \
         if truth is not None else None
+    leaf_table = leaf_calibration(candidates, pixel_groups, exact, cfg, truth) if truth is not None else None
     return AuditResult(rows, hashes, exact, pixel_groups, candidates, relationships, groups, stats, crossings,
                        inherited_decision(rows, crossings, stats), table, calibration, truth, cfg, by_source,
-                       geometry_table)
+                       geometry_table, leaf_table=leaf_table)
 
 
 GALLERY_COLUMNS = ["rel_path_a", "rel_path_b", "proposed_by", "verified_by", "phash_distance",
@@ -267,6 +279,14 @@ def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
     import json
 
     return json.loads(table.to_json(orient="records"))
+
+
+def _leaf_review(relationships: pd.DataFrame, level: float) -> dict[str, Any]:
+    """Rejected near pairs whose leaf-aligned SSIM reaches ``level``: how many, and how many cross."""
+    rejected = relationships[(relationships["kind"] == "near") & ~relationships["trusted"]]
+    review = rejected[rejected["leaf_ssim"].fillna(-1.0) >= level]
+    return {"min_leaf_ssim": level, "pairs": int(len(review)), "crossing": int(review["crosses_split"].sum()),
+            "evidence": "audit/relationships.parquet (leaf_ssim, trusted = False)"}
 
 
 def crossings_by_source(relationships: pd.DataFrame) -> dict[str, Any]:
@@ -286,8 +306,8 @@ def crossings_by_source(relationships: pd.DataFrame) -> dict[str, Any]:
 
 def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> dict[str, Any]:
     """Audit the admitted corpus: write ``audit/{hashes,relationships,groups,threshold_table,
-    verifier_calibration}.parquet`` (and on the synthetic corpus ``recall_by_source`` and
-    ``geometry_calibration``), the gallery and plots, and ``audit/audit.json``."""
+    verifier_calibration}.parquet`` (and on the synthetic corpus ``recall_by_source``,
+    ``geometry_calibration`` and ``leaf_calibration``), the gallery and plots, and ``audit/audit.json``."""
     import matplotlib.pyplot as plt
 
     started = time.perf_counter()
@@ -318,12 +338,18 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
     if result.by_source is not None:
         ch.write_parquet("audit/recall_by_source.parquet", result.by_source)
         ch.write_parquet("audit/geometry_calibration.parquet", result.geometry_table)
+        ch.write_parquet("audit/leaf_calibration.parquet", result.leaf_table)
 
     sample = gallery_sample(result.relationships, int(cfg["gallery_pairs"]))
     plots = {"gallery": ("audit/gallery.png", plot_pair_gallery(sample, ctx.corpus_root, threshold)),
              "group_sizes": ("audit/group_sizes.png", plot_group_sizes(result.groups)),
              "threshold_evidence": ("audit/threshold_evidence.png",
                                     plot_threshold_evidence(result.table, radius))}
+    review_level = float(cfg["leaf_review_ssim"])
+    review = leaf_review_sample(result.relationships, review_level, int(cfg["gallery_pairs"]))
+    if len(review):
+        plots["leaf_review"] = ("audit/leaf_review.png",
+                                plot_pair_gallery(review, ctx.corpus_root, threshold))
     if result.truth is not None:
         plots["verifier_calibration"] = ("audit/verifier_calibration.png",
                                          plot_verifier_calibration(result.calibration, threshold))
@@ -353,6 +379,7 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
             "pairs": conflicts[["rel_path_a", "class_a", "rel_path_b", "class_b", "kind"]].head(200)
             .to_dict("records"),
         },
+        "leaf_review": _leaf_review(relationships, review_level),
         "groups": result.stats,
         "crossings": result.crossings,
         "inherited_partition": result.decision,
@@ -369,6 +396,9 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
                                   "features": geometry.FEATURES, "ransac_px": geometry.RANSAC_PX,
                                   "estimator": {"screen": geometry.SCREEN, "refit": geometry.CONFIRM,
                                                 "refit_from_inliers": geometry.SCREEN_INLIERS}},
+                     "leaf": {"min_ssim": float(cfg["leaf_min_ssim"]), "side": leaf_align.SIDE,
+                              "scored": int(np.isfinite(candidates.leaf_ssim).sum()),
+                              "asked": "proposed pairs neither other verifier accepted"},
                      "candidates_found": int(len(candidates.pairs)),
                      "candidates_verified": int((candidates.scored | candidates.geometry_done).sum()),
                      "ssim_scored": int(candidates.scored.sum()),
@@ -385,12 +415,13 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
             "hashing_seconds": round(hashes.seconds, 2), "hashing_workers": hashes.workers,
             "images_per_second": round(len(rows) / hashes.seconds, 1) if hashes.seconds else None,
             "embedding_cpu_seconds": round(hashes.embed_seconds, 2),
+            "hashing_stage_cpu_seconds": {k: round(v, 2) for k, v in hashes.stage_seconds.items()},
             "embedding_images_per_cpu_second": (round(len(rows) / hashes.embed_seconds, 1)
                                                 if hashes.embed_seconds else None),
             "pair_search_seconds": round(candidates.timings["phash_search_seconds"], 2),
             **{k: round(v, 2) for k, v in candidates.timings.items()},
-            "verify_seconds": round(candidates.timings["ssim_seconds"]
-                                    + candidates.timings["geometry_seconds"], 2),
+            "verify_seconds": round(sum(candidates.timings.get(k, 0.0)
+                                        for k in ("ssim_seconds", "geometry_seconds", "leaf_seconds")), 2),
             "total_seconds": round(seconds, 2),
             "main_process_cpu_seconds": round(time.process_time() - cpu_started, 2),
         },

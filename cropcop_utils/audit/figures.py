@@ -27,6 +27,15 @@ def gallery_sample(relationships: pd.DataFrame, n: int = 12) -> pd.DataFrame:
     return pd.concat([confirmed.head(take_c), rejected.head(take_r)]).reset_index(drop=True)
 
 
+def leaf_review_sample(relationships: pd.DataFrame, min_leaf_ssim: float, n: int = 12) -> pd.DataFrame:
+    """Rejected near pairs whose leaf-aligned SSIM reaches ``min_leaf_ssim``: those crossing the inherited
+    split first, then the highest scores."""
+    near = relationships[(relationships["kind"] == "near") & ~relationships["trusted"]]
+    review = near[near["leaf_ssim"].fillna(-1.0) >= min_leaf_ssim]
+    return review.sort_values(["crosses_split", "leaf_ssim"], ascending=[False, False]).head(n) \
+        .reset_index(drop=True)
+
+
 def plot_pair_gallery(sample: pd.DataFrame, corpus_root: str | os.PathLike, threshold: float,
                       columns: int = 2) -> Figure:
     """Both images of each sampled pair side by side with distances, verifier score, labels, splits."""
@@ -50,9 +59,11 @@ def plot_pair_gallery(sample: pd.DataFrame, corpus_root: str | os.PathLike, thre
         sources = getattr(pair, "proposed_by", "phash") or "-"
         score = "n/a" if pd.isna(pair.verify_score) else f"{pair.verify_score:.3f}"
         decided = f"confirmed by {getattr(pair, 'verified_by', '') or 'ssim'}" if pair.trusted else \
-            "rejected by both verifiers"
+            "rejected by every verifier"
         inliers = getattr(pair, "geometry_inliers", None)
         geometry = f"  inliers {inliers}" if inliers is not None and not pd.isna(inliers) else ""
+        leaf = getattr(pair, "leaf_ssim", None)
+        geometry += f"  leaf {leaf:.3f}" if leaf is not None and not pd.isna(leaf) else ""
         axes[r, 2 * c].text(
             0.0, -0.08, f"{sources}: pHash {pair.phash_distance}  SSIM {score}{geometry}\n({decided}; "
             f"SSIM threshold {threshold:.2f})",

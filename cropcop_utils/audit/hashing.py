@@ -11,6 +11,7 @@ contract (EXIF orientation applied).  From the decoded picture:
   about the centre, which a turn by any angle about the centre (or a mirror) leaves unchanged;
 * the SSIM verifier's thumbnail and subject weight (:mod:`.verifier`);
 * ORB keypoints of a small grey square, plain and mirrored (:mod:`.geometry`);
+* the leaf-alignment verifier's thumbnail and leaf weight (:mod:`.leaf_align`);
 * optionally the global-pooled features of the ImageNet EfficientNet-Lite0 (:mod:`.embedding`),
   computed in the same worker on the chunk's squares so the decoded pixels never travel.
 
@@ -26,20 +27,26 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
+from scipy.fft import dct  # imported with the module: a worker pays it once, not inside the first image
 from tqdm import tqdm
 
 from .. import imaging
 from ..config import progress_wanted
 from ..evidence import sha256_bytes
-from . import embedding, geometry, verifier
+from . import embedding, geometry, leaf_align, verifier
 from .errors import AuditInputError
 
 HASH_COLUMNS = ["row_id", "phash", "dhash", "pixel_sha256"]
+# CPU seconds of each image's work, summed over workers: reading, checking and decoding the file and the
+# pixel digest; the hashes proper (pHash, dHash, 8 dihedral pHashes, ring spectrum); the verifiers'
+# inputs (SSIM and leaf thumbnails, ORB keypoints); the embedding's input square
+STAGES = ("read_decode", "hashes", "verifier_inputs", "embedding_input")
 RING_SIDE = 64                     # the ring spectrum samples a grey square of this side
 RING_RADII = np.arange(2, 31, 2)   # ring radii in px of that square (the inscribed disc, corners left out)
 RING_ANGLES = 64                   # samples around each ring
@@ -49,6 +56,10 @@ INLINE_BELOW = 256  # smaller corpora are hashed in-process: a pool costs more t
 HASH_SIDE_LIMIT = 64  # images are box-reduced to about this short side before hashing
 DIHEDRAL = ("identity", "rot90", "rot180", "rot270", "mirror", "mirror_rot90", "mirror_rot180",
             "mirror_rot270")  # the eight symmetries of a square, as :func:`dihedral_apply` numbers them
+
+
+def _no_leaf_thumbnails() -> np.ndarray:
+    return np.zeros((0, leaf_align.SIDE, leaf_align.SIDE), np.uint8)
 
 
 @dataclass
@@ -63,10 +74,13 @@ class ImageHashes:
     dihedral: np.ndarray = field(default_factory=lambda: np.zeros((0, 8), np.uint64))  # (N, 8) pHashes
     rings: np.ndarray = field(default_factory=lambda: np.zeros((0, RING_FEATURES), np.float32))
     keypoints: list[geometry.Keypoints] = field(default_factory=list)
+    leaf_grey: np.ndarray = field(default_factory=lambda: _no_leaf_thumbnails())    # (N, SIDE, SIDE) uint8
+    leaf_weight: np.ndarray = field(default_factory=lambda: _no_leaf_thumbnails())  # leaf weight, same shape
     embedding: np.ndarray | None = None  # (N, D) float32, unit length; None when not computed
     features: np.ndarray | None = None   # (N, D) float32 pooled features before scaling (chapter 4 reuses)
     seconds: float = 0.0
     embed_seconds: float = 0.0  # CPU seconds of the embedding forward passes (summed over workers)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # CPU seconds per :data:`STAGES`
     workers: int = 1
 
 
@@ -89,32 +103,65 @@ def _pack_bits(bits: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(packed).view(">u8")[:, 0].astype(np.uint64)
 
 
+def _coefficient_symmetry(low: np.ndarray, g: int) -> np.ndarray:
+    """The low DCT-II block of symmetry ``g`` of a picture, from the picture's own block: mirroring an
+    axis flips the sign of that axis's odd coefficients, a transpose transposes them, so
+    :func:`dihedral_apply`'s steps carry over exactly without transforming the pixels again."""
+    sign = np.where(np.arange(low.shape[-1]) % 2, -1.0, 1.0)
+    if g >= 4:
+        low = low * sign[None, :]                 # mirror left-right
+    for _ in range(g % 4):
+        low = low.T * sign[:, None]               # np.rot90 = transpose, then mirror top-bottom
+    return low
+
+
+# Each symmetry's block is the picture's block (transposed after an odd number of quarter turns) times
+# a fixed sign pattern: both precomputed, so the eight blocks cost one multiply.
+_SYMMETRY_SIGNS = np.stack([_coefficient_symmetry(np.ones((8, 8)), g) for g in range(8)])
+_SYMMETRY_TRANSPOSED = np.array([g % 2 == 1 for g in range(8)])
+
+
 def dihedral_phashes(grey: Image.Image) -> np.ndarray:
     """pHash (``imagehash.phash``'s definition) of the eight dihedral transforms of ``grey``; entry 0 is
-    ``imagehash.phash(grey)`` itself.  The 32×32 resample is done once and transformed, which is the
-    same picture as resampling each transform (the filter is symmetric)."""
-    from scipy.fft import dct
-
+    ``imagehash.phash(grey)`` itself.  The 32×32 resample and its DCT are done once: a symmetry of the
+    picture is a sign and transpose pattern of its DCT coefficients (:func:`_coefficient_symmetry`), and
+    the resample filter is symmetric, so this is the pHash of each transformed picture."""
     pixels = np.asarray(grey.convert("L").resize((32, 32), Image.Resampling.LANCZOS), dtype=np.float64)
-    stack = np.stack([dihedral_apply(pixels, g) for g in range(8)])
-    low = dct(dct(stack, axis=1), axis=2)[:, :8, :8].reshape(8, 64)
-    return _pack_bits(low > np.median(low, axis=1, keepdims=True))
+    low = dct(dct(pixels, axis=0), axis=1)[:8, :8]
+    stack = (np.where(_SYMMETRY_TRANSPOSED[:, None, None], low.T, low) * _SYMMETRY_SIGNS).reshape(8, 64)
+    ordered = np.sort(stack, axis=1)
+    median = (ordered[:, 31:32] + ordered[:, 32:33]) / 2  # numpy's median of 64 values, without its overhead
+    return _pack_bits(stack > median)
+
+
+@lru_cache(maxsize=1)
+def _ring_sampler():
+    """Bilinear sampling of the rings as one sparse (rings × angles, side²) matrix, built once per
+    process: the same values as ``scipy.ndimage.map_coordinates(order=1)`` at these points (all lie
+    inside the square), ~10x cheaper per image than calling it."""
+    from scipy.sparse import csr_matrix
+
+    theta = np.linspace(0, 2 * np.pi, RING_ANGLES, endpoint=False)
+    centre = (RING_SIDE - 1) / 2
+    ys = (centre + RING_RADII[:, None] * np.sin(theta)[None]).ravel()
+    xs = (centre + RING_RADII[:, None] * np.cos(theta)[None]).ravel()
+    y0, x0 = np.floor(ys).astype(int), np.floor(xs).astype(int)
+    fy, fx = ys - y0, xs - x0
+    rows = np.repeat(np.arange(len(ys)), 4)
+    cols = np.stack([y0 * RING_SIDE + x0, y0 * RING_SIDE + x0 + 1, (y0 + 1) * RING_SIDE + x0,
+                     (y0 + 1) * RING_SIDE + x0 + 1], axis=1).ravel()
+    weights = np.stack([(1 - fy) * (1 - fx), (1 - fy) * fx, fy * (1 - fx), fy * fx], axis=1).ravel()
+    return csr_matrix((weights, (rows, cols)), shape=(len(ys), RING_SIDE * RING_SIDE))
 
 
 def ring_spectrum(grey: Image.Image) -> np.ndarray:
     """Rotation- and mirror-invariant descriptor of a picture's centre disc: per ring, its mean and the
     magnitudes of its first angular Fourier harmonics (a turn shifts each ring's samples, a mirror
     reverses them; neither changes the magnitudes).  Hand-written: no library ships this small
-    descriptor; ``scipy.ndimage.map_coordinates`` samples the rings."""
-    from scipy.ndimage import map_coordinates
-
+    descriptor; the rings are sampled bilinearly (:func:`_ring_sampler`)."""
     pixels = np.asarray(grey.convert("L").resize((RING_SIDE, RING_SIDE), Image.Resampling.BILINEAR),
-                        dtype=np.float32)
-    theta = np.linspace(0, 2 * np.pi, RING_ANGLES, endpoint=False)
-    centre = (RING_SIDE - 1) / 2
-    ys = centre + RING_RADII[:, None] * np.sin(theta)[None]
-    xs = centre + RING_RADII[:, None] * np.cos(theta)[None]
-    rings = map_coordinates(pixels, [ys, xs], order=1, mode="nearest")
+                        dtype=np.float64)
+    rings = (_ring_sampler() @ pixels.ravel()).reshape(len(RING_RADII), RING_ANGLES)
     spectrum = np.abs(np.fft.rfft(rings, axis=1))[:, 1:RING_HARMONICS + 1] / RING_ANGLES
     return np.concatenate([rings.mean(axis=1), spectrum.ravel()]).astype(np.float32)
 
@@ -138,13 +185,15 @@ def fingerprint_image(
     embed_side: int = 0,
 ) -> dict[str, Any]:
     """Fingerprints of one file: ``phash``, ``dhash``, ``dihedral`` (8 pHashes), ``digest``, ``thumb``,
-    ``weight``, ``keypoints`` and, when ``embed_side`` > 0, ``square`` (the RGB input of the embedding).
+    ``weight``, ``keypoints``, ``leaf_grey``, ``leaf_weight`` and, when ``embed_side`` > 0, ``square``
+    (the RGB input of the embedding).
 
     Decoded by the loading contract (:func:`imaging.open_decoded` + :func:`imaging.to_rgb`, EXIF
     orientation applied) from the same bytes that are checked against ``expected_sha256``, so a file
     changed since the corpus scan is refused instead of silently audited.
     """
     path = Path(path)
+    clock = time.process_time()
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -159,6 +208,8 @@ def fingerprint_image(
         raise AuditInputError(f"{path}: admitted by chapter 'corpus' but cannot be decoded now "
                               f"({error.reason}: {error.detail}); rerun chapter 'corpus'.") from None
     digest = pixel_digest(rgb)
+    stages = {"read_decode": time.process_time() - clock}
+    clock = time.process_time()
     # Hashes and thumbnails need a small image only (pHash resamples to 32x32): an integer box reduction
     # first (as JPEG draft decoding would) makes them ~4x cheaper without changing what they see.
     # Keypoints get a larger reduction of the same picture.
@@ -168,14 +219,21 @@ def fingerprint_image(
     hash_input = rgb.reduce(hash_factor) if hash_factor >= 2 else rgb
     grey = hash_input.convert("L")
     dihedral = dihedral_phashes(grey)
-    thumb, weight = verifier.thumbnail(hash_input)
     out = {"phash": int(dihedral[0]), "dhash": dhash64(grey), "dihedral": dihedral, "digest": digest,
-           "rings": ring_spectrum(grey),
-           "thumb": thumb, "weight": weight, "keypoints": geometry.keypoints(small)}
+           "rings": ring_spectrum(grey)}
+    stages["hashes"] = time.process_time() - clock
+    clock = time.process_time()
+    out["thumb"], out["weight"] = verifier.thumbnail(hash_input)
+    out["leaf_grey"], out["leaf_weight"] = leaf_align.leaf_thumbnail(hash_input)
+    out["keypoints"] = geometry.keypoints(small)
+    stages["verifier_inputs"] = time.process_time() - clock
     if embed_side:
+        clock = time.process_time()
         # the loading contract's square (edge-mean padding, bicubic from the full picture): the embedding
         # sees what the probes' frozen backbone and the models see, so chapter 4 can reuse its features
         out["square"] = np.asarray(imaging.square_resize(rgb, embed_side), dtype=np.uint8)
+        stages["embedding_input"] = time.process_time() - clock
+    out["stage_seconds"] = stages
     return out
 
 
@@ -190,7 +248,10 @@ def _hash_chunk(root: str, rel_paths: list[str], shas: list[str | None], max_ima
         "rings": np.stack([o["rings"] for o in out]),
         "digest": [o["digest"] for o in out], "thumb": np.stack([o["thumb"] for o in out]),
         "weight": np.stack([o["weight"] for o in out]), "keypoints": [o["keypoints"] for o in out],
+        "leaf_grey": np.stack([o["leaf_grey"] for o in out]),
+        "leaf_weight": np.stack([o["leaf_weight"] for o in out]),
         "embedding": None, "features": None, "embed_seconds": 0.0,
+        "stage_seconds": {k: sum(o["stage_seconds"].get(k, 0.0) for o in out) for k in STAGES},
     }
     if embed_side:
         start = time.process_time()
@@ -250,7 +311,10 @@ def hash_images(
         dihedral=np.concatenate([r["dihedral"] for r in results]),
         rings=np.concatenate([r["rings"] for r in results]),
         keypoints=[kp for r in results for kp in r["keypoints"]],
+        leaf_grey=np.concatenate([r["leaf_grey"] for r in results]),
+        leaf_weight=np.concatenate([r["leaf_weight"] for r in results]),
         embedding=np.concatenate([r["embedding"] for r in results]) if embed_side else None,
         features=np.concatenate([r["features"] for r in results]) if embed_side else None,
         seconds=time.perf_counter() - start, embed_seconds=sum(r["embed_seconds"] for r in results),
+        stage_seconds={k: sum(r["stage_seconds"][k] for r in results) for k in STAGES},
         workers=workers)

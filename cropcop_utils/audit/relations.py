@@ -18,7 +18,7 @@ RELATIONSHIP_COLUMNS = ["row_id_a", "row_id_b", "rel_path_a", "rel_path_b", "kin
                         "verified_by", "phash_distance", "dhash_distance", "dihedral_distance",
                         "dihedral_transform", "cosine", "verify_score", "geometry_matches",
                         "geometry_inliers", "geometry_ratio", "geometry_mirrored", "geometry_ssim",
-                        "trusted", "class_a",
+                        "leaf_ssim", "trusted", "class_a",
                         "class_b", "label_conflict", "split_a", "split_b", "crosses_split"]
 NO_SPLIT = "none"
 
@@ -93,7 +93,7 @@ class PixelGroups:
 # --------------------------------------------------------------------------- relationships
 NEAR_COLUMNS = ["proposed_by", "verified_by", "dihedral_distance", "dihedral_transform", "cosine",
                 "verify_score", "geometry_matches", "geometry_inliers", "geometry_ratio", "geometry_mirrored",
-                "geometry_ssim", "trusted"]
+                "geometry_ssim", "leaf_ssim", "trusted"]
 
 
 def relationship_table(
@@ -143,6 +143,7 @@ def relationship_table(
         "geometry_ratio": extra["geometry_ratio"].astype("Float64").round(4).to_numpy(),
         "geometry_mirrored": extra["geometry_mirrored"].astype("boolean").to_numpy(),
         "geometry_ssim": extra["geometry_ssim"].astype("Float64").round(4).to_numpy(),
+        "leaf_ssim": extra["leaf_ssim"].astype("Float64").round(4).to_numpy(),
         "trusted": extra["trusted"].astype(bool).to_numpy(),
         "class_a": classes[a], "class_b": classes[b], "split_a": splits[a], "split_b": splits[b],
     })

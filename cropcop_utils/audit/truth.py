@@ -76,10 +76,10 @@ def _pair_set(pairs: np.ndarray) -> set[tuple[int, int]]:
 
 
 # --------------------------------------------------------------------------- threshold evidence
-def _decision(cfg: dict[str, Any]) -> tuple[float, int, float]:
+def decision_settings(cfg: dict[str, Any]) -> tuple[float, int, float, float, float, int, float]:
     return (float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
             float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]), float(cfg["support_ssim"]),
-            int(cfg["support_inliers"]))
+            int(cfg["support_inliers"]), float(cfg.get("leaf_min_ssim", 2.0)))
 
 
 def _expanded(candidates: NearCandidates, groups: PixelGroups, mask: np.ndarray) -> set[tuple[int, int]]:
@@ -99,7 +99,7 @@ def threshold_table(
     weight = groups.size(candidates.pairs[:, 0]) * groups.size(candidates.pairs[:, 1]) \
         if len(candidates.pairs) else np.zeros(0, dtype=np.int64)
     capped = candidates.capped
-    confirmed = capped & candidates.accepted(*_decision(cfg))
+    confirmed = capped & candidates.accepted(*decision_settings(cfg))
     exact_set = _pair_set(exact[["i", "j"]].to_numpy()) if truth is not None else set()
     rows = []
     for radius in range(int(cfg["table_radius"]) + 1):
@@ -135,9 +135,9 @@ def verifier_calibration(
     """Confirmed pairs (and with truth precision / recall) per SSIM threshold, for every proposed pair,
     the geometric verifier's decision held at the profile's settings."""
     thresholds = np.round(np.arange(0.50, 1.0001, 0.01), 2) if thresholds is None else np.asarray(thresholds)
-    _, min_inliers, min_ratio, min_ssim, support_ssim, support_inliers = _decision(cfg)
+    _, min_inliers, min_ratio, min_ssim, support_ssim, support_inliers, leaf_min = decision_settings(cfg)
     proposed = candidates.any_source
-    geo_ok = candidates.geometry_ok(min_inliers, min_ratio, min_ssim)
+    geo_ok = candidates.geometry_ok(min_inliers, min_ratio, min_ssim) | candidates.leaf_ok(leaf_min)
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
     for t in thresholds:
@@ -167,10 +167,10 @@ def geometry_calibration(
 ) -> pd.DataFrame:
     """Precision and recall per minimum aligned SSIM of the geometric verifier, its inlier thresholds
     and the plain SSIM threshold held at the profile's."""
-    threshold, min_inliers, min_ratio, _, support_ssim, support_inliers = _decision(cfg)
+    threshold, min_inliers, min_ratio, _, support_ssim, support_inliers, leaf_min = decision_settings(cfg)
     proposed = candidates.any_source
-    ssim_ok = candidates.hash_close & (candidates.ssim >= threshold) | candidates.both_agree(support_ssim,
-                                                                                              support_inliers)
+    ssim_ok = (candidates.hash_close & (candidates.ssim >= threshold)
+               | candidates.both_agree(support_ssim, support_inliers) | candidates.leaf_ok(leaf_min))
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
     for s in aligned:
@@ -183,6 +183,35 @@ def geometry_calibration(
     return pd.DataFrame(rows)
 
 
+def leaf_calibration(
+    candidates: NearCandidates,
+    groups: PixelGroups,
+    exact: pd.DataFrame,
+    cfg: dict[str, Any],
+    truth: Truth,
+    thresholds: Sequence[float] = tuple(np.round(np.arange(0.80, 1.0001, 0.01), 2)),
+) -> pd.DataFrame:
+    """Precision and recall per leaf-aligned SSIM threshold, the other verifiers held at the profile's
+    settings (the leaf verifier only scores pairs they left open, so this is its whole effect)."""
+    decision = decision_settings(cfg)
+    proposed = candidates.any_source
+    others = candidates.accepted(*decision[:6])
+    exact_set = _pair_set(exact[["i", "j"]].to_numpy())
+    rows = []
+    for t in thresholds:
+        added = candidates.leaf_ok(float(t)) & ~others
+        near = _expanded(candidates, groups, proposed & (others | added))
+        result = truth.evaluate(exact_set | near, near)
+        rows.append({"min_leaf_ssim": float(t), "pairs_added": int(added.sum()),
+                     "recall_near_duplicate": result["near_duplicate_recall"],
+                     "recall_reshot": result["reshot_recall"], "precision_near": result["near_precision"],
+                     "false_near_pairs": result["false_near_pairs"],
+                     **{f"recall_{k}": result["recall"][k] for k in ("rotate", "crop_large", "shear",
+                                                                      "perspective")
+                        if k in result["recall"]}})
+    return pd.DataFrame(rows)
+
+
 def recall_by_source(
     candidates: NearCandidates,
     groups: PixelGroups,
@@ -192,7 +221,7 @@ def recall_by_source(
 ) -> pd.DataFrame:
     """Per planted kind: planted pairs, recall of the trusted relationships, and for each candidate
     source the share it proposed and the share it proposed that the verifiers then trusted."""
-    accepted = candidates.accepted(*_decision(cfg))
+    accepted = candidates.accepted(*decision_settings(cfg))
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     proposed = {s: _expanded(candidates, groups, candidates.proposed[s]) for s in SOURCES}
     trusted_by = {s: _expanded(candidates, groups, candidates.proposed[s] & accepted) for s in SOURCES}
