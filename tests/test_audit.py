@@ -388,6 +388,8 @@ def test_planted_truth_is_recovered_on_the_synthetic_corpus(smoke_run) -> None:
     leaf = pd.read_parquet(ctx.run_dir / "audit" / "leaf_calibration.parquet")
     assert leaf["pairs_added"].is_monotonic_decreasing and leaf["precision_near"].notna().all()
     assert record["figures"]["verifier"]["leaf"]["min_ssim"] == audit.DEFAULTS["leaf_min_ssim"]
+    review = record["figures"]["leaf_review"]
+    assert 0 <= review["planted_related"] <= review["pairs"] and 0 <= review["crossing"] <= review["pairs"]
     assert 0.0 <= truth["reshot_recall"] <= 1.0  # reported, not asserted: the hard case
     assert record["figures"]["inherited_partition"]["decision"] == "reject"
 

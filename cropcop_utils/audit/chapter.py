@@ -281,12 +281,20 @@ def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
     return json.loads(table.to_json(orient="records"))
 
 
-def _leaf_review(relationships: pd.DataFrame, level: float) -> dict[str, Any]:
-    """Rejected near pairs whose leaf-aligned SSIM reaches ``level``: how many, and how many cross."""
+def _leaf_review(relationships: pd.DataFrame, level: float, rel_paths: list[str],
+                 truth: Truth | None) -> dict[str, Any]:
+    """Rejected near pairs whose leaf-aligned SSIM reaches ``level``: how many, how many cross, and with
+    a planted truth how many of them are planted relatives (the rest are look-alikes)."""
     rejected = relationships[(relationships["kind"] == "near") & ~relationships["trusted"]]
     review = rejected[rejected["leaf_ssim"].fillna(-1.0) >= level]
-    return {"min_leaf_ssim": level, "pairs": int(len(review)), "crossing": int(review["crosses_split"].sum()),
-            "evidence": "audit/relationships.parquet (leaf_ssim, trusted = False)"}
+    out: dict[str, Any] = {"min_leaf_ssim": level, "pairs": int(len(review)),
+                           "crossing": int(review["crosses_split"].sum()),
+                           "evidence": "audit/relationships.parquet (leaf_ssim, trusted = False)"}
+    if truth is not None:
+        index = {rel: k for k, rel in enumerate(rel_paths)}
+        ends = zip(review["rel_path_a"], review["rel_path_b"], strict=True)
+        out["planted_related"] = int(sum(truth.related(index[a], index[b]) for a, b in ends))
+    return out
 
 
 def crossings_by_source(relationships: pd.DataFrame) -> dict[str, Any]:
@@ -379,7 +387,7 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
             "pairs": conflicts[["rel_path_a", "class_a", "rel_path_b", "class_b", "kind"]].head(200)
             .to_dict("records"),
         },
-        "leaf_review": _leaf_review(relationships, review_level),
+        "leaf_review": _leaf_review(relationships, review_level, rows["rel_path"].tolist(), result.truth),
         "groups": result.stats,
         "crossings": result.crossings,
         "inherited_partition": result.decision,
