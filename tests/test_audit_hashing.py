@@ -97,3 +97,15 @@ def test_ring_sampler_equals_scipy_bilinear_sampling() -> None:
     np.testing.assert_allclose(sampled, expected, atol=1e-9)
     means = hashing.ring_spectrum(picture)[:len(hashing.RING_RADII)]
     assert np.allclose(means, expected.mean(axis=1), atol=1e-3)
+
+
+def test_a_chunk_hashed_at_once_equals_each_image_hashed_alone() -> None:
+    greys = [_texture(seed, side).convert("L") for seed, side in ((10, 64), (11, 96), (12, 64), (13, 50))]
+    batch = hashing.batch_hashes([hashing.hash_samples(g) for g in greys])
+    for k, grey in enumerate(greys):
+        assert np.array_equal(batch["dihedral"][k], hashing.dihedral_phashes(grey))
+        assert int(batch["phash"][k]) == int(str(imagehash.phash(grey)), 16)
+        assert int(batch["dhash"][k]) == hashing.dhash64(grey) == int(str(imagehash.dhash(grey)), 16)
+        np.testing.assert_allclose(batch["rings"][k], hashing.ring_spectrum(grey), rtol=1e-6)
+    empty = hashing.batch_hashes([])
+    assert empty["dihedral"].shape == (0, 8) and empty["rings"].shape == (0, hashing.RING_FEATURES)

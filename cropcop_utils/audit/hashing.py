@@ -15,7 +15,10 @@ contract (EXIF orientation applied).  From the decoded picture:
 * optionally the global-pooled features of the ImageNet EfficientNet-Lite0 (:mod:`.embedding`),
   computed in the same worker on the chunk's squares so the decoded pixels never travel.
 
-Chunks of files run on a process pool; results come back in input order.
+Chunks of files run on a process pool; results come back in input order.  Within a chunk each image is
+resampled for the hashes (:func:`hash_samples`) and the hashes' arithmetic (DCTs, ring sampling, bit
+packing) runs once on the whole chunk (:func:`batch_hashes`): per image that arithmetic cost more
+Python overhead than work.  The pass records the CPU seconds of each stage (:data:`STAGES`).
 """
 
 from __future__ import annotations
@@ -121,17 +124,56 @@ _SYMMETRY_SIGNS = np.stack([_coefficient_symmetry(np.ones((8, 8)), g) for g in r
 _SYMMETRY_TRANSPOSED = np.array([g % 2 == 1 for g in range(8)])
 
 
+def hash_samples(grey: Image.Image) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three resamples of a grey picture that the hashes read: 32×32 Lanczos (pHash), 9×8 Lanczos
+    (dHash) and ``RING_SIDE``² bilinear (ring spectrum).  The arithmetic on them runs on a whole chunk
+    at once (:func:`batch_hashes`): per image, only the resampling is left."""
+    grey = grey.convert("L")
+    return (np.asarray(grey.resize((32, 32), Image.Resampling.LANCZOS), dtype=np.float64),
+            np.asarray(grey.resize((9, 8), Image.Resampling.LANCZOS), dtype=np.int16),
+            np.asarray(grey.resize((RING_SIDE, RING_SIDE), Image.Resampling.BILINEAR), dtype=np.float64))
+
+
+def _dihedral_batch(pixels: np.ndarray) -> np.ndarray:
+    """(N, 32, 32) Lanczos samples → (N, 8) pHashes of the eight symmetries (see :func:`dihedral_phashes`)."""
+    low = dct(dct(pixels, axis=1), axis=2)[:, :8, :8]
+    flipped = low.transpose(0, 2, 1)[:, None]
+    turned = np.where(_SYMMETRY_TRANSPOSED[None, :, None, None], flipped, low[:, None])
+    stack = (turned * _SYMMETRY_SIGNS[None]).reshape(-1, 64)
+    ordered = np.sort(stack, axis=1)
+    median = (ordered[:, 31:32] + ordered[:, 32:33]) / 2  # numpy's median of 64 values, without its overhead
+    return _pack_bits(stack > median).reshape(len(pixels), 8)
+
+
+def _dhash_batch(pixels: np.ndarray) -> np.ndarray:
+    """(N, 8, 9) Lanczos samples → (N,) dHashes."""
+    return _pack_bits(pixels[:, :, 1:] > pixels[:, :, :-1])
+
+
+def _rings_batch(pixels: np.ndarray) -> np.ndarray:
+    """(N, RING_SIDE, RING_SIDE) bilinear samples → (N, RING_FEATURES) ring spectra."""
+    rings = (_ring_sampler() @ pixels.reshape(len(pixels), -1).T).T.reshape(-1, len(RING_RADII), RING_ANGLES)
+    spectrum = np.abs(np.fft.rfft(rings, axis=2))[:, :, 1:RING_HARMONICS + 1] / RING_ANGLES
+    return np.concatenate([rings.mean(axis=2), spectrum.reshape(len(pixels), -1)], axis=1).astype(np.float32)
+
+
+def batch_hashes(samples: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    """``phash``, ``dhash``, ``dihedral`` (N, 8) and ``rings`` of a chunk of :func:`hash_samples`."""
+    if not samples:
+        return {"phash": np.zeros(0, np.uint64), "dhash": np.zeros(0, np.uint64),
+                "dihedral": np.zeros((0, 8), np.uint64), "rings": np.zeros((0, RING_FEATURES), np.float32)}
+    p32, d98, r64 = (np.stack(part) for part in zip(*samples, strict=True))
+    dihedral = _dihedral_batch(p32)
+    return {"phash": dihedral[:, 0].copy(), "dhash": _dhash_batch(d98), "dihedral": dihedral,
+            "rings": _rings_batch(r64)}
+
+
 def dihedral_phashes(grey: Image.Image) -> np.ndarray:
     """pHash (``imagehash.phash``'s definition) of the eight dihedral transforms of ``grey``; entry 0 is
     ``imagehash.phash(grey)`` itself.  The 32×32 resample and its DCT are done once: a symmetry of the
     picture is a sign and transpose pattern of its DCT coefficients (:func:`_coefficient_symmetry`), and
     the resample filter is symmetric, so this is the pHash of each transformed picture."""
-    pixels = np.asarray(grey.convert("L").resize((32, 32), Image.Resampling.LANCZOS), dtype=np.float64)
-    low = dct(dct(pixels, axis=0), axis=1)[:8, :8]
-    stack = (np.where(_SYMMETRY_TRANSPOSED[:, None, None], low.T, low) * _SYMMETRY_SIGNS).reshape(8, 64)
-    ordered = np.sort(stack, axis=1)
-    median = (ordered[:, 31:32] + ordered[:, 32:33]) / 2  # numpy's median of 64 values, without its overhead
-    return _pack_bits(stack > median)
+    return _dihedral_batch(hash_samples(grey)[0][None])[0]
 
 
 @lru_cache(maxsize=1)
@@ -159,17 +201,12 @@ def ring_spectrum(grey: Image.Image) -> np.ndarray:
     magnitudes of its first angular Fourier harmonics (a turn shifts each ring's samples, a mirror
     reverses them; neither changes the magnitudes).  Hand-written: no library ships this small
     descriptor; the rings are sampled bilinearly (:func:`_ring_sampler`)."""
-    pixels = np.asarray(grey.convert("L").resize((RING_SIDE, RING_SIDE), Image.Resampling.BILINEAR),
-                        dtype=np.float64)
-    rings = (_ring_sampler() @ pixels.ravel()).reshape(len(RING_RADII), RING_ANGLES)
-    spectrum = np.abs(np.fft.rfft(rings, axis=1))[:, 1:RING_HARMONICS + 1] / RING_ANGLES
-    return np.concatenate([rings.mean(axis=1), spectrum.ravel()]).astype(np.float32)
+    return _rings_batch(hash_samples(grey)[2][None])[0]
 
 
 def dhash64(grey: Image.Image) -> int:
     """dHash (``imagehash.dhash``'s definition, 8×8 row gradients) as a 64-bit integer."""
-    pixels = np.asarray(grey.convert("L").resize((9, 8), Image.Resampling.LANCZOS), dtype=np.int16)
-    return int(_pack_bits(pixels[:, 1:] > pixels[:, :-1])[0])
+    return int(_dhash_batch(hash_samples(grey)[1][None])[0])
 
 
 def pixel_digest(rgb: Any) -> str:
@@ -183,6 +220,7 @@ def fingerprint_image(
     expected_sha256: str | None = None,
     max_image_pixels: int | None = None,
     embed_side: int = 0,
+    defer_hashes: bool = False,
 ) -> dict[str, Any]:
     """Fingerprints of one file: ``phash``, ``dhash``, ``dihedral`` (8 pHashes), ``digest``, ``thumb``,
     ``weight``, ``keypoints``, ``leaf_grey``, ``leaf_weight`` and, when ``embed_side`` > 0, ``square``
@@ -190,7 +228,8 @@ def fingerprint_image(
 
     Decoded by the loading contract (:func:`imaging.open_decoded` + :func:`imaging.to_rgb`, EXIF
     orientation applied) from the same bytes that are checked against ``expected_sha256``, so a file
-    changed since the corpus scan is refused instead of silently audited.
+    changed since the corpus scan is refused instead of silently audited.  ``defer_hashes`` returns the
+    hashes' resamples (``hash_samples``) instead of the hashes, for :func:`batch_hashes` on a chunk.
     """
     path = Path(path)
     clock = time.process_time()
@@ -217,10 +256,11 @@ def fingerprint_image(
     small = rgb.reduce(factor) if factor >= 2 else rgb
     hash_factor = min(rgb.size) // HASH_SIDE_LIMIT
     hash_input = rgb.reduce(hash_factor) if hash_factor >= 2 else rgb
-    grey = hash_input.convert("L")
-    dihedral = dihedral_phashes(grey)
-    out = {"phash": int(dihedral[0]), "dhash": dhash64(grey), "dihedral": dihedral, "digest": digest,
-           "rings": ring_spectrum(grey)}
+    out: dict[str, Any] = {"digest": digest, "hash_samples": hash_samples(hash_input)}
+    if not defer_hashes:
+        hashes = batch_hashes([out.pop("hash_samples")])
+        out.update({"phash": int(hashes["phash"][0]), "dhash": int(hashes["dhash"][0]),
+                    "dihedral": hashes["dihedral"][0], "rings": hashes["rings"][0]})
     stages["hashes"] = time.process_time() - clock
     clock = time.process_time()
     out["thumb"], out["weight"] = verifier.thumbnail(hash_input)
@@ -239,13 +279,13 @@ def fingerprint_image(
 
 def _hash_chunk(root: str, rel_paths: list[str], shas: list[str | None], max_image_pixels: int | None,
                 embed_side: int) -> dict[str, Any]:
-    out = [fingerprint_image(Path(root) / rel, sha, max_image_pixels, embed_side)
+    out = [fingerprint_image(Path(root) / rel, sha, max_image_pixels, embed_side, defer_hashes=True)
            for rel, sha in zip(rel_paths, shas, strict=True)]
+    start = time.process_time()
+    hashes = batch_hashes([o.pop("hash_samples") for o in out])
+    hash_seconds = time.process_time() - start
     chunk: dict[str, Any] = {
-        "phash": np.array([o["phash"] for o in out], dtype=np.uint64),
-        "dhash": np.array([o["dhash"] for o in out], dtype=np.uint64),
-        "dihedral": np.stack([o["dihedral"] for o in out]),
-        "rings": np.stack([o["rings"] for o in out]),
+        **hashes,
         "digest": [o["digest"] for o in out], "thumb": np.stack([o["thumb"] for o in out]),
         "weight": np.stack([o["weight"] for o in out]), "keypoints": [o["keypoints"] for o in out],
         "leaf_grey": np.stack([o["leaf_grey"] for o in out]),
@@ -253,6 +293,7 @@ def _hash_chunk(root: str, rel_paths: list[str], shas: list[str | None], max_ima
         "embedding": None, "features": None, "embed_seconds": 0.0,
         "stage_seconds": {k: sum(o["stage_seconds"].get(k, 0.0) for o in out) for k in STAGES},
     }
+    chunk["stage_seconds"]["hashes"] += hash_seconds
     if embed_side:
         start = time.process_time()
         chunk["features"] = embedding.pooled_features(np.stack([o["square"] for o in out]))
