@@ -149,6 +149,13 @@ class NearCandidates:
         return names
 
 
+def decision_settings(cfg: dict) -> tuple[float, int, float, float, float, int, float]:
+    """The arguments of :meth:`NearCandidates.accepted` from the audit settings, in order."""
+    return (float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
+            float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]), float(cfg["support_ssim"]),
+            int(cfg["support_inliers"]), float(cfg.get("leaf_min_ssim", 2.0)))
+
+
 def dihedral_match(hashes: ImageHashes, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distance, symmetry g) per pair: min over g of bits between pHash(a) and pHash(g(b))."""
     if len(pairs) == 0:
@@ -303,9 +310,7 @@ def near_candidates(
     start = time.perf_counter()
     if len(hashes.leaf_grey) and float(cfg.get("leaf_min_ssim", 2.0)) <= 1.0:
         # only where the other verifiers left the pair open: what it adds is all it can change
-        settled = found.accepted(float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
-                                 float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]),
-                                 float(cfg["support_ssim"]), int(cfg["support_inliers"]))
+        settled = found.accepted(*decision_settings(cfg)[:6])  # the other verifiers' decision
         open_rows = np.flatnonzero(any_source & ~settled)
         found.leaf_ssim[open_rows] = leaf_align.align_pairs(hashes.leaf_grey, hashes.leaf_weight,
                                                             pairs[open_rows], workers=workers)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..synthetic import PAIR_KINDS, TRANSFORMS
-from .candidates import SOURCES, NearCandidates
+from .candidates import SOURCES, NearCandidates, decision_settings
 from .relations import PixelGroups
 
 # --------------------------------------------------------------------------- synthetic truth
@@ -76,12 +76,6 @@ def _pair_set(pairs: np.ndarray) -> set[tuple[int, int]]:
 
 
 # --------------------------------------------------------------------------- threshold evidence
-def decision_settings(cfg: dict[str, Any]) -> tuple[float, int, float, float, float, int, float]:
-    return (float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
-            float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]), float(cfg["support_ssim"]),
-            int(cfg["support_inliers"]), float(cfg.get("leaf_min_ssim", 2.0)))
-
-
 def _expanded(candidates: NearCandidates, groups: PixelGroups, mask: np.ndarray) -> set[tuple[int, int]]:
     return _pair_set(groups.expand(candidates.pairs[mask])[0])
 
@@ -157,6 +151,18 @@ def verifier_calibration(
     return pd.DataFrame(rows)
 
 
+def _kept_scores(candidates: NearCandidates, groups: PixelGroups, exact_set: set[tuple[int, int]],
+                 truth: Truth, kept: np.ndarray) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The planted-truth figures every calibration table reports for the pairs ``kept``, and the whole
+    evaluation (for per-kind recalls)."""
+    near = _expanded(candidates, groups, kept)
+    result = truth.evaluate(exact_set | near, near)
+    scores = {"recall_near_duplicate": result["near_duplicate_recall"],
+              "recall_reshot": result["reshot_recall"], "precision_near": result["near_precision"],
+              "false_near_pairs": result["false_near_pairs"]}
+    return scores, result
+
+
 def geometry_calibration(
     candidates: NearCandidates,
     groups: PixelGroups,
@@ -175,11 +181,8 @@ def geometry_calibration(
     rows = []
     for s in aligned:
         geo_ok = candidates.geometry_ok(min_inliers, min_ratio, float(s))
-        near = _expanded(candidates, groups, proposed & (ssim_ok | geo_ok))
-        result = truth.evaluate(exact_set | near, near)
-        rows.append({"min_aligned_ssim": float(s), "recall_near_duplicate": result["near_duplicate_recall"],
-                     "recall_reshot": result["reshot_recall"], "precision_near": result["near_precision"],
-                     "false_near_pairs": result["false_near_pairs"]})
+        scores, _ = _kept_scores(candidates, groups, exact_set, truth, proposed & (ssim_ok | geo_ok))
+        rows.append({"min_aligned_ssim": float(s), **scores})
     return pd.DataFrame(rows)
 
 
@@ -200,15 +203,10 @@ def leaf_calibration(
     rows = []
     for t in thresholds:
         added = candidates.leaf_ok(float(t)) & ~others
-        near = _expanded(candidates, groups, proposed & (others | added))
-        result = truth.evaluate(exact_set | near, near)
-        rows.append({"min_leaf_ssim": float(t), "pairs_added": int(added.sum()),
-                     "recall_near_duplicate": result["near_duplicate_recall"],
-                     "recall_reshot": result["reshot_recall"], "precision_near": result["near_precision"],
-                     "false_near_pairs": result["false_near_pairs"],
-                     **{f"recall_{k}": result["recall"][k] for k in ("rotate", "crop_large", "shear",
-                                                                      "perspective")
-                        if k in result["recall"]}})
+        scores, result = _kept_scores(candidates, groups, exact_set, truth, proposed & (others | added))
+        turned = {f"recall_{k}": result["recall"][k] for k in ("rotate", "crop_large", "shear", "perspective")
+                  if k in result["recall"]}
+        rows.append({"min_leaf_ssim": float(t), "pairs_added": int(added.sum()), **scores, **turned})
     return pd.DataFrame(rows)
 
 
