@@ -45,6 +45,7 @@ from .candidates import SOURCES, NearCandidates, near_candidates
 from .errors import AuditInputError
 from .figures import (
     gallery_sample,
+    leaf_review_pairs,
     leaf_review_sample,
     plot_group_sizes,
     plot_pair_gallery,
@@ -285,8 +286,7 @@ def _leaf_review(relationships: pd.DataFrame, level: float, rel_paths: list[str]
                  truth: Truth | None) -> dict[str, Any]:
     """Rejected near pairs whose leaf-aligned SSIM reaches ``level``: how many, how many cross, and with
     a planted truth how many of them are planted relatives (the rest are look-alikes)."""
-    rejected = relationships[(relationships["kind"] == "near") & ~relationships["trusted"]]
-    review = rejected[rejected["leaf_ssim"].fillna(-1.0) >= level]
+    review = leaf_review_pairs(relationships, level)
     out: dict[str, Any] = {"min_leaf_ssim": level, "pairs": int(len(review)),
                            "crossing": int(review["crosses_split"].sum()),
                            "evidence": "audit/relationships.parquet (leaf_ssim, trusted = False)"}

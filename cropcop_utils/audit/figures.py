@@ -27,11 +27,16 @@ def gallery_sample(relationships: pd.DataFrame, n: int = 12) -> pd.DataFrame:
     return pd.concat([confirmed.head(take_c), rejected.head(take_r)]).reset_index(drop=True)
 
 
+def leaf_review_pairs(relationships: pd.DataFrame, min_leaf_ssim: float) -> pd.DataFrame:
+    """Rejected near pairs whose leaf-aligned SSIM reaches ``min_leaf_ssim`` (the chapter's review list)."""
+    rejected = relationships[(relationships["kind"] == "near") & ~relationships["trusted"]]
+    return rejected[rejected["leaf_ssim"].fillna(-1.0) >= min_leaf_ssim]
+
+
 def leaf_review_sample(relationships: pd.DataFrame, min_leaf_ssim: float, n: int = 12) -> pd.DataFrame:
-    """Rejected near pairs whose leaf-aligned SSIM reaches ``min_leaf_ssim``: those crossing the inherited
-    split first, then the highest scores."""
-    near = relationships[(relationships["kind"] == "near") & ~relationships["trusted"]]
-    review = near[near["leaf_ssim"].fillna(-1.0) >= min_leaf_ssim]
+    """The review list's first ``n`` pairs: those crossing the inherited split first, then the highest
+    scores."""
+    review = leaf_review_pairs(relationships, min_leaf_ssim)
     return review.sort_values(["crosses_split", "leaf_ssim"], ascending=[False, False]).head(n) \
         .reset_index(drop=True)
 

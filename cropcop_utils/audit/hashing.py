@@ -77,8 +77,8 @@ class ImageHashes:
     dihedral: np.ndarray = field(default_factory=lambda: np.zeros((0, 8), np.uint64))  # (N, 8) pHashes
     rings: np.ndarray = field(default_factory=lambda: np.zeros((0, RING_FEATURES), np.float32))
     keypoints: list[geometry.Keypoints] = field(default_factory=list)
-    leaf_grey: np.ndarray = field(default_factory=lambda: _no_leaf_thumbnails())    # (N, SIDE, SIDE) uint8
-    leaf_weight: np.ndarray = field(default_factory=lambda: _no_leaf_thumbnails())  # leaf weight, same shape
+    leaf_grey: np.ndarray = field(default_factory=_no_leaf_thumbnails)    # (N, SIDE, SIDE) uint8
+    leaf_weight: np.ndarray = field(default_factory=_no_leaf_thumbnails)  # leaf weight, same shape
     embedding: np.ndarray | None = None  # (N, D) float32, unit length; None when not computed
     features: np.ndarray | None = None   # (N, D) float32 pooled features before scaling (chapter 4 reuses)
     seconds: float = 0.0

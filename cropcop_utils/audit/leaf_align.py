@@ -76,24 +76,28 @@ def _central(raw: np.ndarray) -> tuple[np.ndarray, ...]:
     return area, cx, cy, raw[:, 3] / safe - cx * cx, raw[:, 4] / safe - cx * cy, raw[:, 5] / safe - cy * cy
 
 
-def leaf_moments(weight: np.ndarray) -> np.ndarray:
-    """(N, 4) float64 per thumbnail: centroid x, y (px), principal-axis angle (radians) and leaf area
-    (px) of the weight above its floor; area 0 where there is no leaf."""
+def _moments_and_signature(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`leaf_moments` and :func:`silhouette_signature` from one pass over the weights."""
     area, cx, cy, mxx, mxy, myy = _central(_raw_moments(weight))
     angle = 0.5 * np.arctan2(2 * mxy, mxx - myy)
     pixels = np.asarray(weight).shape[-1] * np.asarray(weight).shape[-2]
-    area = np.where(area >= MIN_LEAF_SHARE * pixels, area, 0.0)
-    return np.stack([cx, cy, angle, area], axis=1)
+    leaf_area = np.where(area >= MIN_LEAF_SHARE * pixels, area, 0.0)
+    scale = np.maximum(area, 1e-9)  # eta_pq = mu_pq / mu00^2 for second order; mu here is per unit area
+    e20, e11, e02 = mxx / scale, mxy / scale, myy / scale
+    hu = np.stack([e20 + e02, (e20 - e02) ** 2 + 4 * e11 ** 2], axis=1)
+    return np.stack([cx, cy, angle, leaf_area], axis=1), -np.sign(hu) * np.log10(np.abs(hu) + 1e-30)
+
+
+def leaf_moments(weight: np.ndarray) -> np.ndarray:
+    """(N, 4) float64 per thumbnail: centroid x, y (px), principal-axis angle (radians) and leaf area
+    (px) of the weight above its floor; area 0 where there is no leaf."""
+    return _moments_and_signature(weight)[0]
 
 
 def silhouette_signature(weight: np.ndarray) -> np.ndarray:
     """(N, 2) float64: the first two Hu moments of each leaf weight above its floor, on a log scale (as
     ``cv2.HuMoments`` defines them): unchanged by the turn, shift and zoom the alignment undoes."""
-    area, _, _, mxx, mxy, myy = _central(_raw_moments(weight))
-    scale = np.maximum(area, 1e-9)  # eta_pq = mu_pq / mu00^2 for second order; mu here is per unit area
-    e20, e11, e02 = mxx / scale, mxy / scale, myy / scale
-    hu = np.stack([e20 + e02, (e20 - e02) ** 2 + 4 * e11 ** 2], axis=1)
-    return -np.sign(hu) * np.log10(np.abs(hu) + 1e-30)
+    return _moments_and_signature(weight)[1]
 
 
 def _sampling_grid(moment_a: np.ndarray, moment_b: np.ndarray, turn: float, side: int):
@@ -154,10 +158,7 @@ def align_pairs(grey: np.ndarray, weight: np.ndarray, pairs: np.ndarray, workers
         return out
     if pairs.min() < 0 or pairs.max() >= len(grey):
         raise verifier.VerifierInputError(f"pair indices must lie in 0..{len(grey) - 1}")
-    moments = leaf_moments(weight)
-    used = np.unique(pairs)
-    signature = np.zeros((len(grey), 2))
-    signature[used] = silhouette_signature(weight[used])
+    moments, signature = _moments_and_signature(weight)
     alike = np.abs(signature[pairs[:, 0]] - signature[pairs[:, 1]]).sum(axis=1) <= HU_SCREEN
     rows = np.flatnonzero((moments[pairs[:, 0], 3] > 0) & (moments[pairs[:, 1], 3] > 0) & alike)
     i, j = pairs[rows, 0], pairs[rows, 1]
