@@ -332,6 +332,8 @@ def test_settings_are_validated() -> None:
     for bad in ({"leaf_min_ssim": 3}, {"leaf_review_ssim": -2}):
         with pytest.raises(audit.AuditInputError, match="leaf_min_ssim"):
             audit.settings(bad)
+    with pytest.raises(audit.AuditInputError, match="geometry_review_inliers"):
+        audit.settings({"geometry_review_inliers": -1})
     with pytest.raises(audit.AuditInputError, match="manifest"):
         audit.admitted_rows(pd.DataFrame({"row_id": ["x"]}))
 
@@ -388,8 +390,13 @@ def test_planted_truth_is_recovered_on_the_synthetic_corpus(smoke_run) -> None:
     leaf = pd.read_parquet(ctx.run_dir / "audit" / "leaf_calibration.parquet")
     assert leaf["pairs_added"].is_monotonic_decreasing and leaf["precision_near"].notna().all()
     assert record["figures"]["verifier"]["leaf"]["min_ssim"] == audit.DEFAULTS["leaf_min_ssim"]
-    review = record["figures"]["leaf_review"]
+    review = record["figures"]["review"]
     assert 0 <= review["planted_related"] <= review["pairs"] and 0 <= review["crossing"] <= review["pairs"]
+    assert max(review["by_reason"].values()) <= review["pairs"] <= sum(review["by_reason"].values())
+    by_source = pd.read_parquet(ctx.run_dir / "audit" / "recall_by_source.parquet").set_index("kind")
+    assert (by_source["recall_ci_low"] <= by_source["recall"]).all()
+    assert (by_source["recall"] <= by_source["recall_ci_high"]).all()
+    assert (by_source["found"] == (by_source["recall"] * by_source["planted_pairs"]).round()).all()
     assert 0.0 <= truth["reshot_recall"] <= 1.0  # reported, not asserted: the hard case
     assert record["figures"]["inherited_partition"]["decision"] == "reject"
 

@@ -39,14 +39,20 @@ def test_gallery_takes_the_weakest_confirmed_and_strongest_rejected_pairs():
     assert audit_figures.gallery_sample(exact, n=4).empty
 
 
-def test_leaf_review_lists_rejected_pairs_above_the_level_crossing_ones_first():
-    pairs = _near_pairs([0.5] * 6, [False, False, False, False, True, False])
-    pairs["leaf_ssim"] = pd.array([0.85, 0.95, 0.81, None, 0.99, 0.70], dtype="Float64")
-    pairs["crosses_split"] = [False, False, True, True, True, True]
-    sample = audit_figures.leaf_review_sample(pairs, 0.80, n=10)
-    # trusted (0.99), unscored (None) and below the level (0.70) are left out
-    assert sample["leaf_ssim"].tolist() == [0.81, 0.95, 0.85]
-    assert audit_figures.leaf_review_sample(pairs, 0.80, n=1)["leaf_ssim"].tolist() == [0.81]
+def test_review_lists_rejected_pairs_above_either_level_crossing_ones_first():
+    pairs = _near_pairs([0.5] * 8, [False, False, False, False, True, False, False, False])
+    pairs["leaf_ssim"] = pd.array([0.85, 0.95, 0.81, None, 0.99, 0.70, None, 0.60], dtype="Float64")
+    pairs["geometry_inliers"] = pd.array([5, 30, 9, None, 40, 12, 24, 22], dtype="Float64")
+    pairs["geometry_ratio"] = pd.array([0.5, 0.9, 0.4, None, 0.9, 0.9, 0.8, 0.5], dtype="Float64")
+    pairs["crosses_split"] = [False, False, True, True, True, True, False, True]
+    review = audit_figures.review_pairs(pairs, 0.80, 20, 0.7)
+    # out: trusted (0.99), unscored (None), below both levels (0.70, 12 inliers), a low ratio (22 at 0.5)
+    assert sorted(review.index.tolist()) == [0, 1, 2, 6]
+    assert review["review_reason"].to_dict() == {0: "leaf", 1: "leaf+geometry", 2: "leaf", 6: "geometry"}
+    sample = audit_figures.review_sample(review, n=10)
+    assert sample["leaf_ssim"].tolist()[:3] == [0.81, 0.95, 0.85] and sample["geometry_inliers"].iloc[3] == 24
+    assert audit_figures.review_sample(review, n=1)["leaf_ssim"].tolist() == [0.81]
+    assert audit_figures.review_pairs(pairs, 2.0, 1000, 0.7).empty  # both levels off: nothing to review
 
 
 def test_pair_gallery_draws_both_images_of_each_pair(tmp_path):

@@ -210,7 +210,11 @@ def test_near_duplicates_are_perceptually_near_and_originals_are_not(smoke: tupl
             assert imagehash.phash(_upright(corpus / a).transpose(transpose)) - phash(b) <= 8, (kind, a, b)
     for kind in synthetic.GEOMETRIC_TRANSFORMS:
         distances = [phash(a) - phash(b) for a, b in map(tuple, synthetic.planted_pairs(truth, [kind]))]
-        assert np.median(distances) > 4, kind  # what a plain pHash radius alone cannot be trusted to see
+        if kind == "elastic":
+            # a local warp moves pixels, not the picture's low-frequency layout that pHash keeps
+            assert np.median(distances) <= 8, kind
+        else:
+            assert np.median(distances) > 8, kind  # what a plain pHash radius alone cannot be trusted to see
     originals: dict[tuple[str, str], list[str]] = {}
     for f in truth["files"]:
         if f["origin"] == "original" and f["class"] in ("tomato_late_blight", "tomato_healthy"):

@@ -45,13 +45,13 @@ from .candidates import SOURCES, NearCandidates, near_candidates
 from .errors import AuditInputError
 from .figures import (
     gallery_sample,
-    leaf_review_pairs,
-    leaf_review_sample,
     plot_group_sizes,
     plot_pair_gallery,
     plot_recall_by_source,
     plot_threshold_evidence,
     plot_verifier_calibration,
+    review_pairs,
+    review_sample,
 )
 from .hashing import HASH_COLUMNS, ImageHashes, hash_images
 from .relations import (
@@ -92,13 +92,14 @@ DEFAULTS: dict[str, Any] = {
     "words_k": 3,             # nearest bag-of-ORB-words neighbours proposed per image (0: no words source)
     "words_vocabulary": 256,  # visual words (k-means centres of the audited ORB descriptors)
     "verify_threshold": 0.90,  # SSIM that confirms a candidate (calibrated on synthetic truth)
-    "geometry_min_inliers": 28,  # RANSAC homography inliers that confirm a candidate
+    "geometry_min_inliers": 24,  # RANSAC homography inliers that confirm a candidate
     "geometry_min_ratio": 0.7,   # ... when at least this share of the matches
     "geometry_min_ssim": 0.6,    # ... and b warped onto a by the homography reaches this SSIM
     "support_ssim": 0.85,     # a hash-close pair is also trusted when SSIM reaches this ...
     "support_inliers": 14,    # ... and the homography has this many inliers (both verifiers lean yes)
     "leaf_min_ssim": 0.92,    # leaf-aligned SSIM confirming a pair the others left open (> 1: off)
     "leaf_review_ssim": 0.80,  # rejected pairs from this leaf-aligned SSIM up are listed for a human look
+    "geometry_review_inliers": 20,  # ... and those with this many RANSAC inliers at geometry_min_ratio
     "verify_batch": 512,
     "gallery_pairs": 12,
 }
@@ -136,6 +137,9 @@ def settings(ctx_or_section: Any) -> dict[str, Any]:
     if not -1 <= float(merged["leaf_min_ssim"]) <= 2 or not -1 <= float(merged["leaf_review_ssim"]) <= 2:
         raise AuditInputError("audit.leaf_min_ssim and audit.leaf_review_ssim must lie in [-1, 2] (above 1 "
                               "turns the leaf verifier off)")
+    if int(merged["geometry_review_inliers"]) < 0:
+        raise AuditInputError("audit.geometry_review_inliers must be >= 0 (above geometry_min_inliers, the "
+                              "review list holds no geometric near misses)")
     return merged
 
 
@@ -282,18 +286,29 @@ def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
     return json.loads(table.to_json(orient="records"))
 
 
-def _leaf_review(relationships: pd.DataFrame, level: float, rel_paths: list[str],
-                 truth: Truth | None) -> dict[str, Any]:
-    """Rejected near pairs whose leaf-aligned SSIM reaches ``level``: how many, how many cross, and with
-    a planted truth how many of them are planted relatives (the rest are look-alikes)."""
-    review = leaf_review_pairs(relationships, level)
-    out: dict[str, Any] = {"min_leaf_ssim": level, "pairs": int(len(review)),
-                           "crossing": int(review["crosses_split"].sum()),
-                           "evidence": "audit/relationships.parquet (leaf_ssim, trusted = False)"}
+def _review(review: pd.DataFrame, cfg: dict[str, Any], rel_paths: list[str],
+            truth: Truth | None) -> dict[str, Any]:
+    """The review list in numbers: how many rejected pairs, how many cross, by reason, and with a planted
+    truth how many of them are planted relatives (the rest are look-alikes)."""
+    reasons = review["review_reason"].str.split("+").explode()
+    crossing = review[review["crosses_split"]]["review_reason"].str.split("+").explode()
+    by = ("leaf", "geometry")
+    out: dict[str, Any] = {"min_leaf_ssim": float(cfg["leaf_review_ssim"]),
+                           "min_inliers": int(cfg["geometry_review_inliers"]),
+                           "min_ratio": float(cfg["geometry_min_ratio"]),
+                           "pairs": int(len(review)), "crossing": int(review["crosses_split"].sum()),
+                           "by_reason": {r: int((reasons == r).sum()) for r in by},
+                           "crossing_by_reason": {r: int((crossing == r).sum()) for r in by},
+                           "evidence": "audit/relationships.parquet (trusted = False; leaf_ssim, "
+                                       "geometry_inliers, geometry_ratio)"}
     if truth is not None:
         index = {rel: k for k, rel in enumerate(rel_paths)}
         ends = zip(review["rel_path_a"], review["rel_path_b"], strict=True)
-        out["planted_related"] = int(sum(truth.related(index[a], index[b]) for a, b in ends))
+        related = np.array([truth.related(index[a], index[b]) for a, b in ends], dtype=bool)
+        out["planted_related"] = int(related.sum())
+        reason = review["review_reason"]
+        out["planted_related_by_reason"] = {r: int(related[reason.str.contains(r).to_numpy()].sum())
+                                            for r in by}
     return out
 
 
@@ -353,11 +368,11 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
              "group_sizes": ("audit/group_sizes.png", plot_group_sizes(result.groups)),
              "threshold_evidence": ("audit/threshold_evidence.png",
                                     plot_threshold_evidence(result.table, radius))}
-    review_level = float(cfg["leaf_review_ssim"])
-    review = leaf_review_sample(result.relationships, review_level, int(cfg["gallery_pairs"]))
+    review = review_pairs(result.relationships, float(cfg["leaf_review_ssim"]),
+                          int(cfg["geometry_review_inliers"]), float(cfg["geometry_min_ratio"]))
     if len(review):
-        plots["leaf_review"] = ("audit/leaf_review.png",
-                                plot_pair_gallery(review, ctx.corpus_root, threshold))
+        first = review_sample(review, int(cfg["gallery_pairs"]))
+        plots["review"] = ("audit/review.png", plot_pair_gallery(first, ctx.corpus_root, threshold))
     if result.truth is not None:
         plots["verifier_calibration"] = ("audit/verifier_calibration.png",
                                          plot_verifier_calibration(result.calibration, threshold))
@@ -387,7 +402,7 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
             "pairs": conflicts[["rel_path_a", "class_a", "rel_path_b", "class_b", "kind"]].head(200)
             .to_dict("records"),
         },
-        "leaf_review": _leaf_review(relationships, review_level, rows["rel_path"].tolist(), result.truth),
+        "review": _review(review, cfg, rows["rel_path"].tolist(), result.truth),
         "groups": result.stats,
         "crossings": result.crossings,
         "inherited_partition": result.decision,

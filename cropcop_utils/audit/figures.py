@@ -27,18 +27,28 @@ def gallery_sample(relationships: pd.DataFrame, n: int = 12) -> pd.DataFrame:
     return pd.concat([confirmed.head(take_c), rejected.head(take_r)]).reset_index(drop=True)
 
 
-def leaf_review_pairs(relationships: pd.DataFrame, min_leaf_ssim: float) -> pd.DataFrame:
-    """Rejected near pairs whose leaf-aligned SSIM reaches ``min_leaf_ssim`` (the chapter's review list)."""
+def review_pairs(relationships: pd.DataFrame, min_leaf_ssim: float, min_inliers: int,
+                 min_ratio: float) -> pd.DataFrame:
+    """Rejected near pairs worth a human look (the chapter's review list), with ``review_reason``.
+
+    ``leaf``: the leaf-aligned SSIM reaches ``min_leaf_ssim``; ``geometry``: the homography has at least
+    ``min_inliers`` RANSAC inliers at an inlier ratio of at least ``min_ratio``, below the geometric
+    verifier's own inlier count.
+    """
     rejected = relationships[(relationships["kind"] == "near") & ~relationships["trusted"]]
-    return rejected[rejected["leaf_ssim"].fillna(-1.0) >= min_leaf_ssim]
+    leaf = rejected["leaf_ssim"].astype(float).fillna(-1.0).to_numpy() >= min_leaf_ssim
+    geometry = ((rejected["geometry_inliers"].astype(float).fillna(-1.0).to_numpy() >= min_inliers)
+                & (rejected["geometry_ratio"].astype(float).fillna(-1.0).to_numpy() >= min_ratio))
+    reason = pd.Series(["leaf+geometry" if a and b else "leaf" if a else "geometry" for a, b in zip(
+        leaf, geometry, strict=True)], index=rejected.index)
+    return rejected.assign(review_reason=reason)[leaf | geometry]
 
 
-def leaf_review_sample(relationships: pd.DataFrame, min_leaf_ssim: float, n: int = 12) -> pd.DataFrame:
+def review_sample(review: pd.DataFrame, n: int = 12) -> pd.DataFrame:
     """The review list's first ``n`` pairs: those crossing the inherited split first, then the highest
-    scores."""
-    review = leaf_review_pairs(relationships, min_leaf_ssim)
-    return review.sort_values(["crosses_split", "leaf_ssim"], ascending=[False, False]).head(n) \
-        .reset_index(drop=True)
+    leaf-aligned SSIM, then the most inliers."""
+    order = ["crosses_split", "leaf_ssim", "geometry_inliers"]
+    return review.sort_values(order, ascending=[False] * 3, na_position="last").head(n).reset_index(drop=True)
 
 
 def plot_pair_gallery(sample: pd.DataFrame, corpus_root: str | os.PathLike, threshold: float,
@@ -66,7 +76,9 @@ def plot_pair_gallery(sample: pd.DataFrame, corpus_root: str | os.PathLike, thre
         decided = f"confirmed by {getattr(pair, 'verified_by', '') or 'ssim'}" if pair.trusted else \
             "rejected by every verifier"
         inliers = getattr(pair, "geometry_inliers", None)
-        geometry = f"  inliers {inliers}" if inliers is not None and not pd.isna(inliers) else ""
+        ratio = getattr(pair, "geometry_ratio", None)
+        geometry = f"  inliers {inliers:.0f}" if inliers is not None and not pd.isna(inliers) else ""
+        geometry += f" ({ratio:.2f})" if geometry and ratio is not None and not pd.isna(ratio) else ""
         leaf = getattr(pair, "leaf_ssim", None)
         geometry += f"  leaf {leaf:.3f}" if leaf is not None and not pd.isna(leaf) else ""
         axes[r, 2 * c].text(
