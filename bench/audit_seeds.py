@@ -44,14 +44,8 @@ def audit_seed(seed: int, params: dict, workers: int, scratch: Path) -> tuple[pd
     result = audit.audit_corpus(rows, scan.root, params["audit"], workers, False, truth_json)
     seconds = time.perf_counter() - start
     check = result.truth_check(truth_json)
-    truth = result.truth
-    assert truth is not None
-    index = {r: k for k, r in enumerate(result.rows["rel_path"])}
-    trusted = result.relationships[result.relationships["trusted"]]
-    found = {(min(index[a], index[b]), max(index[a], index[b]))
-             for a, b in zip(trusted["rel_path_a"], trusted["rel_path_b"], strict=True)}
-    kinds = pd.DataFrame([{"seed": seed, "kind": kind, "planted": len(pairs), "found": len(pairs & found)}
-                          for kind, pairs in truth.by_kind.items() if pairs])
+    kinds = pd.DataFrame([{"seed": seed, "kind": kind, "planted": n, "found": check["found"][kind]}
+                          for kind, n in check["planted"].items() if n])
     summary = {"seed": seed, "images": len(rows), "near_precision": check["near_precision"],
                "false_near_pairs": check["false_near_pairs"],
                "trusted_near_pairs": check["trusted_near_pairs"], "reshot_recall": check["reshot_recall"],

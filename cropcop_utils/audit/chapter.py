@@ -290,15 +290,14 @@ def _review(review: pd.DataFrame, cfg: dict[str, Any], rel_paths: list[str],
             truth: Truth | None) -> dict[str, Any]:
     """The review list in numbers: how many rejected pairs, how many cross, by reason, and with a planted
     truth how many of them are planted relatives (the rest are look-alikes)."""
-    reasons = review["review_reason"].str.split("+").explode()
-    crossing = review[review["crosses_split"]]["review_reason"].str.split("+").explode()
-    by = ("leaf", "geometry")
+    flags = {r: review[f"review_{r}"].to_numpy(dtype=bool) for r in ("leaf", "geometry")}
+    crosses = review["crosses_split"].to_numpy(dtype=bool)
     out: dict[str, Any] = {"min_leaf_ssim": float(cfg["leaf_review_ssim"]),
                            "min_inliers": int(cfg["geometry_review_inliers"]),
                            "min_ratio": float(cfg["geometry_min_ratio"]),
                            "pairs": int(len(review)), "crossing": int(review["crosses_split"].sum()),
-                           "by_reason": {r: int((reasons == r).sum()) for r in by},
-                           "crossing_by_reason": {r: int((crossing == r).sum()) for r in by},
+                           "by_reason": {r: int(flag.sum()) for r, flag in flags.items()},
+                           "crossing_by_reason": {r: int((f & crosses).sum()) for r, f in flags.items()},
                            "evidence": "audit/relationships.parquet (trusted = False; leaf_ssim, "
                                        "geometry_inliers, geometry_ratio)"}
     if truth is not None:
@@ -306,9 +305,7 @@ def _review(review: pd.DataFrame, cfg: dict[str, Any], rel_paths: list[str],
         ends = zip(review["rel_path_a"], review["rel_path_b"], strict=True)
         related = np.array([truth.related(index[a], index[b]) for a, b in ends], dtype=bool)
         out["planted_related"] = int(related.sum())
-        reason = review["review_reason"]
-        out["planted_related_by_reason"] = {r: int(related[reason.str.contains(r).to_numpy()].sum())
-                                            for r in by}
+        out["planted_related_by_reason"] = {r: int((flag & related).sum()) for r, flag in flags.items()}
     return out
 
 

@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -29,7 +30,8 @@ def gallery_sample(relationships: pd.DataFrame, n: int = 12) -> pd.DataFrame:
 
 def review_pairs(relationships: pd.DataFrame, min_leaf_ssim: float, min_inliers: int,
                  min_ratio: float) -> pd.DataFrame:
-    """Rejected near pairs worth a human look (the chapter's review list), with ``review_reason``.
+    """Rejected near pairs worth a human look (the chapter's review list), flagged by reason
+    (``review_leaf``, ``review_geometry``; ``review_reason`` names them, ``leaf+geometry`` for both).
 
     ``leaf``: the leaf-aligned SSIM reaches ``min_leaf_ssim``; ``geometry``: the homography has at least
     ``min_inliers`` RANSAC inliers at an inlier ratio of at least ``min_ratio``, below the geometric
@@ -39,9 +41,9 @@ def review_pairs(relationships: pd.DataFrame, min_leaf_ssim: float, min_inliers:
     leaf = rejected["leaf_ssim"].astype(float).fillna(-1.0).to_numpy() >= min_leaf_ssim
     geometry = ((rejected["geometry_inliers"].astype(float).fillna(-1.0).to_numpy() >= min_inliers)
                 & (rejected["geometry_ratio"].astype(float).fillna(-1.0).to_numpy() >= min_ratio))
-    reason = pd.Series(["leaf+geometry" if a and b else "leaf" if a else "geometry" for a, b in zip(
-        leaf, geometry, strict=True)], index=rejected.index)
-    return rejected.assign(review_reason=reason)[leaf | geometry]
+    reason = np.where(leaf & geometry, "leaf+geometry", np.where(leaf, "leaf", "geometry"))
+    flagged = rejected.assign(review_leaf=leaf, review_geometry=geometry, review_reason=reason)
+    return flagged[leaf | geometry]
 
 
 def review_sample(review: pd.DataFrame, n: int = 12) -> pd.DataFrame:
@@ -171,7 +173,6 @@ def plot_verifier_calibration(calibration: pd.DataFrame, threshold: float) -> Fi
 def plot_recall_by_source(by_source: pd.DataFrame) -> Figure:
     """Per planted kind: recall of the trusted relationships, and what each candidate source proposed."""
     import matplotlib.pyplot as plt
-    import numpy as np
 
     kinds = by_source["kind"].tolist()
     columns = [("recall", "trusted (all sources)", "black")] + [

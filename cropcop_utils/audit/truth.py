@@ -55,13 +55,14 @@ class Truth:
 
     def evaluate(self, trusted: set[tuple[int, int]], trusted_near: set[tuple[int, int]]) -> dict[str, Any]:
         """Recall per planted kind, and precision of trusted (near) pairs against planted groups."""
-        recall = {kind: (len(pairs & trusted) / len(pairs) if pairs else None)
-                  for kind, pairs in self.by_kind.items()}
+        found = {kind: len(pairs & trusted) for kind, pairs in self.by_kind.items()}
+        recall = {kind: (found[kind] / len(pairs) if pairs else None) for kind, pairs in self.by_kind.items()}
         near = set().union(*(self.by_kind[k] for k in NEAR_TRANSFORMS))
         true_near = sum(self.related(i, j) for i, j in trusted_near)
         true_all = sum(self.related(i, j) for i, j in trusted)
         return {
             "recall": recall,
+            "found": found, "planted": {kind: len(pairs) for kind, pairs in self.by_kind.items()},
             "near_duplicate_recall": len(near & trusted) / len(near) if near else None,
             "near_duplicate_found": len(near & trusted), "near_duplicate_planted": len(near),
             "reshot_recall": recall["reshot"],
