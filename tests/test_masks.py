@@ -109,3 +109,13 @@ def test_masks_on_real_plantvillage_leaves_are_single_solid_regions() -> None:
     # No true masks exist for these photos: a leaf is one solid region covering a sizeable share of the
     # frame.  A dark bluish leaf on the bluish card can still be missed (1 of these 40 on writing).
     assert np.mean(plausible) >= 0.9
+
+
+def test_a_photos_mask_does_not_depend_on_the_photos_masked_before_it(synthetic_lab) -> None:
+    # GrabCut draws its colour models from OpenCV's process-wide RNG: unseeded, the order of calls
+    # (another chapter, another run) changed masks.
+    out, truth = synthetic_lab
+    rgbs = [np.asarray(imaging.open_rgb(out / "corpus" / f["rel_path"])) for f in truth["files"][:24]]
+    forward = [masks.leaf_mask(rgb) for rgb in rgbs]
+    backward = [masks.leaf_mask(rgb) for rgb in reversed(rgbs)][::-1]
+    assert all(np.array_equal(a, b) for a, b in zip(forward, backward, strict=True))

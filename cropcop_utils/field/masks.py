@@ -45,6 +45,7 @@ MIN_THRESHOLD = 8.0        # chroma grey levels: below this nothing is called le
 MIN_SOLIDITY = 0.8         # a two-class seed less solid than this is retried with three classes
 FRAME_FILL = 0.95          # an edge row (column) this full of plant colour is a frame, not leaf ...
 FRAME_DEPTH = 0.12         # ... up to this share of the side in from the edge
+GRABCUT_SEED = 0
 GRABCUT_ITERATIONS = 4
 WORK_PX = 128              # larger photos are masked at this size and the mask scaled back
 CORE_ERODE = 0.06          # certain-leaf core: the region eroded by this share of the image side
@@ -140,6 +141,9 @@ def _grabcut(rgb: np.ndarray, seed: np.ndarray, side: int) -> np.ndarray:
         border[[0, -1], :] = border[:, [0, -1]] = True
         labels[border & ~seed] = cv2.GC_BGD
     background, foreground = np.zeros((1, 65), np.float64), np.zeros((1, 65), np.float64)
+    # GrabCut seeds its colour models from OpenCV's thread RNG, whose state depends on every earlier
+    # call in the process: reseeded here, a photo's mask no longer depends on which photos came before.
+    cv2.setRNGSeed(GRABCUT_SEED)
     try:
         cv2.grabCut(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), labels, None, background, foreground,
                     GRABCUT_ITERATIONS, cv2.GC_INIT_WITH_MASK)
