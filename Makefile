@@ -38,4 +38,4 @@ bench: venv
 	$(PY) bench/runtime_bench.py
 
 clean:
-	rm -rf _build book/*.ipynb book/_run_facts.md book/summary.md book/card.md book/_toc.run.yml
+	rm -rf runs

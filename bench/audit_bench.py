@@ -35,9 +35,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cropcop_utils import audit, config, imaging  # noqa: E402
+from cropcop_utils import audit
 from cropcop_utils.audit import geometry, hashing, pairs  # noqa: E402
-from cropcop_utils.evidence import row_id, sha256_file  # noqa: E402
+from cropcop_utils.core import config, imaging  # noqa: E402
+from cropcop_utils.core.evidence import row_id, sha256_file  # noqa: E402
 
 TOMATO = Path(__file__).resolve().parents[2] / "shared" / "data" / "plantvillage-tomato"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}

@@ -29,8 +29,9 @@ from scipy.stats import binomtest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cropcop_utils import audit, config, corpus, synthetic  # noqa: E402
+from cropcop_utils import audit, corpus, synthetic  # noqa: E402
 from cropcop_utils.audit.truth import TRUTH_KINDS  # noqa: E402
+from cropcop_utils.core import config
 
 
 def audit_seed(seed: int, params: dict, workers: int, scratch: Path) -> tuple[pd.DataFrame, dict]:

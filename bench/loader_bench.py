@@ -18,11 +18,13 @@ from pathlib import Path
 
 import yaml
 
-from cropcop_utils import train, trainer
-from cropcop_utils.config import PARAMS_NAME
-from cropcop_utils.evidence import Chapter, sha256_file
-from cropcop_utils.imaging import ImageSpec
+from cropcop_utils.core.config import PARAMS_NAME
+from cropcop_utils.core.evidence import Chapter, sha256_file
+from cropcop_utils.core.imaging import ImageSpec
 from cropcop_utils.split import load_frozen
+from cropcop_utils.training import settings as train
+from cropcop_utils.training import trainer
+from cropcop_utils.training.job import Job
 
 
 def one_epoch(params: dict, run_dir: Path, kind: str, rows: int, workers: int) -> float:
@@ -37,12 +39,12 @@ def one_epoch(params: dict, run_dir: Path, kind: str, rows: int, workers: int) -
     corpus = run_dir / "synthetic" / "corpus" if data == "synthetic" else Path(data)
     sample = frozen.rows_for("train").sample(rows, random_state=0)
     with tempfile.TemporaryDirectory() as out:
-        job = trainer.Job(kind=kind, config=config, spec=ImageSpec.from_section(params["image"]),
-                          corpus_root=corpus, train_rows=sample,
-                          val_rows=frozen.rows_for("val").head(64), class_names=list(frozen.class_names),
-                          data_fingerprints=dict(frozen.split_json["fingerprints"]), out_dir=Path(out),
-                          teacher_path=teacher, teacher_sha256=sha256_file(teacher) if teacher else None,
-                          progress=False)
+        job = Job(kind=kind, config=config, spec=ImageSpec.from_section(params["image"]),
+                  corpus_root=corpus, train_rows=sample,
+                  val_rows=frozen.rows_for("val").head(64), class_names=list(frozen.class_names),
+                  data_fingerprints=dict(frozen.split_json["fingerprints"]), out_dir=Path(out),
+                  teacher_path=teacher, teacher_sha256=sha256_file(teacher) if teacher else None,
+                  progress=False)
         return float(trainer.Trainer(job).fit()["images_per_s"])
 
 

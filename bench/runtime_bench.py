@@ -18,9 +18,12 @@ from pathlib import Path
 
 import torch
 
-from cropcop_utils import quant, runtime
-from cropcop_utils.evidence import sha256_bytes
-from cropcop_utils.models import count_params, create_model
+from cropcop_utils import ptq as quant
+from cropcop_utils.core.evidence import sha256_bytes
+from cropcop_utils.nets import pte as pte_program
+from cropcop_utils.nets.int8_graph import load_program
+from cropcop_utils.nets.models import count_params, create_model
+from cropcop_utils.runtime import chapter as runtime
 
 STUDY_PTE_MIB = 22.5986      # the study's .pte
 STUDY_REDUCTION = 0.3192     # smaller than the prequantised state file
@@ -46,12 +49,12 @@ def main() -> None:
     example = torch.zeros(2, 3, args.size, args.size)
     graph, _ = quant.quantise(quant.export_dynamic(model, example, args.max_batch), candidate, [], example)
     summary = quant.summarise_ops(quant.quantised_ops(graph))
-    program = quant.load_program(quant.serialise(graph, example, args.max_batch))
+    program = load_program(quant.serialise(graph, example, args.max_batch))
     lowered = time.perf_counter()
     data, _, delegation = runtime.lower(program)
     lowering_s = time.perf_counter() - lowered
     size = runtime.size_record(len(data), len(state))
-    bound = runtime.PteForward(data, sha256_bytes(data)).max_batch
+    bound = pte_program.PteForward(data, sha256_bytes(data)).max_batch
 
     with tempfile.TemporaryDirectory() as scratch:
         out = args.out or Path(scratch)

@@ -19,9 +19,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cropcop_utils import config, train
-from cropcop_utils.augment import AugmentParams, augment
-from cropcop_utils.models import create_model, distillation_loss
+from cropcop_utils.core import config
+from cropcop_utils.nets.models import create_model, distillation_loss
+from cropcop_utils.training import settings as train
+from cropcop_utils.training.augment import AugmentParams, augment
 
 
 def step_rate(arch: str, classes: int, size: int, batch: int, steps: int, channels_last: bool,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .config import SYNTHETIC, available_profiles
+from .core.config import SYNTHETIC, available_profiles
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "explore":
-        from .explorer_app import serve
+        from .explorer.app import serve
 
         try:
             return serve(args.run_dir, port=args.port, state=args.state)

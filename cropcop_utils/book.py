@@ -1,4 +1,10 @@
-"""The book runner: execute the chapter notebooks in order with papermill, then render with Jupyter Book."""
+"""The book runner: execute the chapter notebooks in order with papermill, then render with Jupyter Book.
+
+Everything a run renders lives in its run folder, beside its evidence: the executed notebooks and the
+generated pages in ``RUN_DIR/book/`` (the Jupyter Book source, started from a copy of the checkout's
+``book/`` frame: ``_config.yml``, ``_static/``, the front page), the HTML in ``RUN_DIR/html/``.  Two books
+run side by side in one checkout never touch each other's pages.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +18,16 @@ from typing import Any
 
 import yaml
 
-from .card import CARD
-from .chain import CHAPTERS, ChapterSpec
-from .config import SYNTHETIC, RunContext, open_run
-from .evidence import atomic_write_text
+from .card.render import CARD
+from .core.chain import CHAPTERS, ChapterSpec
+from .core.config import REPO_ROOT, SYNTHETIC, RunContext, open_run
+from .core.evidence import atomic_write_text
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-RUN_TOC_NAME = "_toc.run.yml"
+BOOK_FRAME = REPO_ROOT / "book"   # _config.yml, _static/, intro.md: what every run's book starts from
+BOOK_DIR = "book"    # RUN_DIR/book: the executed notebooks and generated pages (the Jupyter Book source)
+HTML_DIR = "html"    # RUN_DIR/html: the rendered book
+RUN_TOC_NAME = "_toc.yml"
 
 
 class ChapterFailed(RuntimeError):
@@ -95,37 +103,32 @@ def fold_code_cells(path: Path) -> None:
     atomic_write_text(path, nbformat.writes(notebook))
 
 
-def prepare_book_root(book_root: Path) -> Path:
-    """A book root other than the repository gets the repository's config and framing pages."""
-    book_root = Path(book_root).resolve()
-    (book_root / "book").mkdir(parents=True, exist_ok=True)
-    if book_root != REPO_ROOT:
-        shutil.copy2(REPO_ROOT / "_config.yml", book_root / "_config.yml")
-        shutil.copy2(REPO_ROOT / "book" / "intro.md", book_root / "book" / "intro.md")
-        shutil.copytree(REPO_ROOT / "_static", book_root / "_static", dirs_exist_ok=True)
-    return book_root
+def prepare_book_dir(run_dir: Path) -> Path:
+    """``RUN_DIR/book``, started from a copy of the checkout's ``book/`` (config, stylesheet, front page)."""
+    book_dir = Path(run_dir).resolve() / BOOK_DIR
+    shutil.copytree(BOOK_FRAME, book_dir, dirs_exist_ok=True)
+    return book_dir
 
 
-def write_run_pages(ctx: RunContext, ran: list[ChapterSpec], book_root: Path) -> Path:
+def write_run_pages(ctx: RunContext, ran: list[ChapterSpec], book_dir: Path) -> Path:
     """Write the generated pages (run facts for the intro, evidence summary) and this run's toc."""
-    from . import registry
+    from .core.summary import render_summary_markdown
 
-    book_dir = book_root / "book"
     atomic_write_text(book_dir / "_run_facts.md", render_run_facts(ctx, ran))
     front = []
-    summary = registry.render_summary_markdown(ctx.run_dir)
+    summary = render_summary_markdown(ctx.run_dir)
     atomic_write_text(book_dir / "summary.md", summary)
-    front.append("book/summary")
+    front.append("summary")
     back = []
     card_path = ctx.run_dir / CARD
     if any(c.name == "field" for c in ran) and card_path.exists():
         # The card as its own page, as the run left it (chapter 11 re-renders it with its recipe).
         atomic_write_text(book_dir / "card.md", card_path.read_text())
-        back.append("book/card")
+        back.append("card")
     toc = {
         "format": "jb-book",
-        "root": "book/intro",
-        "chapters": [{"file": f} for f in front] + [{"file": f"book/{c.notebook}"} for c in ran]
+        "root": "intro",
+        "chapters": [{"file": f} for f in front] + [{"file": c.notebook} for c in ran]
                     + [{"file": f} for f in back],
     }
     toc_path = book_dir / RUN_TOC_NAME
@@ -157,41 +160,45 @@ def render_run_facts(ctx: RunContext, ran: list[ChapterSpec]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def clear_previous_render(book_root: Path) -> None:
-    """Remove the last render (HTML, Sphinx's environment, extracted notebook outputs).
+def clear_previous_render(run_dir: Path) -> None:
+    """Remove the run's last render (HTML, and Sphinx's environment if a render was interrupted).
 
-    Sphinx builds incrementally and never deletes: figures and pages of an earlier run (another run
-    folder, another chain) would stay under ``_build/html`` beside this run's.  Each render starts empty,
-    so it holds only the run it renders.
+    Sphinx builds incrementally and never deletes: figures and pages of an earlier render (another
+    chain prefix of the same run folder) would stay beside this one's.  Each render starts empty.
     """
-    build = Path(book_root) / "_build"
-    for part in ("html", ".doctrees", "jupyter_execute"):
-        shutil.rmtree(build / part, ignore_errors=True)
+    shutil.rmtree(Path(run_dir) / HTML_DIR, ignore_errors=True)
+    shutil.rmtree(Path(run_dir) / "_build", ignore_errors=True)
 
 
-def build_html(book_root: Path, toc: Path) -> Path:
-    """Render the book with Jupyter Book 1.x from an empty ``_build``; warnings are errors (-W)."""
-    clear_previous_render(book_root)
+def build_html(run_dir: Path, toc: Path) -> Path:
+    """Render ``RUN_DIR/book`` with Jupyter Book 1.x into ``RUN_DIR/html``; warnings are errors (-W)."""
+    run_dir = Path(run_dir)
+    clear_previous_render(run_dir)
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    command = [str(jupyter_book), "build", str(book_root), "--toc", str(toc), "-W", "--keep-going"]
-    completed = subprocess.run(command, cwd=book_root, capture_output=True, text=True)
+    # --path-output puts Sphinx's _build (html, doctrees, extracted outputs) in the run folder; only the
+    # HTML is kept, as RUN_DIR/html.
+    command = [str(jupyter_book), "build", str(run_dir / BOOK_DIR), "--toc", str(toc), "--path-output",
+               str(run_dir), "-W", "--keep-going"]
+    completed = subprocess.run(command, cwd=run_dir, capture_output=True, text=True)
     if completed.returncode != 0:
         problems = [line for line in completed.stdout.splitlines() if "WARNING" in line or "ERROR" in line]
         raise ChapterFailed("jupyter-book build failed (warnings are errors):\n" + "\n".join(problems[-20:])
                             + "\n" + completed.stderr[-2000:])
-    return book_root / "_build" / "html" / "index.html"
+    (run_dir / "_build" / "html").rename(run_dir / HTML_DIR)
+    shutil.rmtree(run_dir / "_build", ignore_errors=True)
+    return run_dir / HTML_DIR / "index.html"
 
 
 def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = SYNTHETIC,
              field: str | os.PathLike | None = None, until: str | None = None, html: bool = True,
-             log: Any = print, book_root: str | os.PathLike = REPO_ROOT) -> dict[str, Any]:
+             log: Any = print) -> dict[str, Any]:
     """Execute the chain (or its prefix up to ``until``) and render what ran.
 
-    Executed notebooks go to ``<book_root>/book/``, the HTML to ``<book_root>/_build/html/``; the
-    default book root is the repository (what ``make book`` renders); tests pass a temporary one.
+    Executed notebooks go to ``RUN_DIR/book/``, the HTML to ``RUN_DIR/html/`` (the runner prints the
+    front page's path).
     """
     ctx = open_run(run_dir, profile=profile, data=data, field=field)
-    root = prepare_book_root(Path(book_root))
+    book_dir = prepare_book_dir(ctx.run_dir)
     chain = chapters_until(until)
     log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, field {ctx.field}, run folder {ctx.run_dir}")
     ran: list[ChapterSpec] = []
@@ -199,16 +206,18 @@ def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = S
     for number, spec in enumerate(chain, start=1):
         log(f"[{number}/{len(chain)}] {spec.name}: running {spec.notebook}.ipynb …")
         tick = time.perf_counter()
-        execute_chapter(spec, ctx, root / "book", profile)
+        execute_chapter(spec, ctx, book_dir, profile)
         ran.append(spec)
         log(f"[{number}/{len(chain)}] {spec.name}: done in {time.perf_counter() - tick:.1f} s")
-    toc = write_run_pages(ctx, ran, root)
+    toc = write_run_pages(ctx, ran, book_dir)
     index = None
     if html:
         log("rendering the book with jupyter-book (-W) …")
-        index = build_html(root, toc)
-        log(f"book: {index}")
+        index = build_html(ctx.run_dir, toc)
+        log(f"front page: {index}")
+    else:
+        log(f"executed notebooks: {book_dir} (not rendered: --no-html)")
     total = time.perf_counter() - started
     log(f"total wall time {total:.1f} s")
-    return {"run_dir": str(ctx.run_dir), "chapters": [c.name for c in ran], "index": index,
-            "wall_seconds": total}
+    return {"run_dir": str(ctx.run_dir), "book_dir": book_dir, "chapters": [c.name for c in ran],
+            "index": index, "wall_seconds": total}

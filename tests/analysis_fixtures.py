@@ -19,8 +19,11 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from cropcop_utils import config, evidence, locked_test, split, taxonomy
-from cropcop_utils.evidence import Chapter
+from cropcop_utils.core import config, evidence
+from cropcop_utils.core.evidence import Chapter
+from cropcop_utils.corpus import taxonomy
+from cropcop_utils.split import frozen as split
+from cropcop_utils.split import locked_test
 
 # name -> (train rows, test rows); sorted-name order gives the class index
 CLASSES: dict[str, tuple[int, int]] = {

@@ -40,10 +40,8 @@ def smoke_book(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("smoke_book")
     lines: list[str] = []
-    result = run_book(base / "run", profile="smoke", data="synthetic", html=True,
-                      book_root=base / "book_root", log=lines.append)
+    result = run_book(base / "run", profile="smoke", data="synthetic", html=True, log=lines.append)
     result["log"] = lines
-    result["book_root"] = base / "book_root"
     return result
 
 
@@ -52,14 +50,13 @@ def tomato_smoke_book(tmp_path_factory, tomato_root):
     """The whole chain on the real PlantVillage tomato corpus, read in place: the smoke_real profile's
     ``corpus.sample_fraction`` keeps ~5 % of it (byte-identical copies together, the inherited train/test
     folders as they are), executed headless and rendered with -W.  A figure of an "earlier run" is
-    planted under ``_build/html`` first: the render must not keep it."""
+    planted under ``RUN_DIR/html`` first: the render must not keep it."""
     from cropcop_utils.book import run_book
 
     base = tmp_path_factory.mktemp("tomato_smoke_book")
-    stale = base / "book_root" / "_build" / "html" / "_images" / "earlier_run_figure.png"
+    stale = base / "run" / "html" / "_images" / "earlier_run_figure.png"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"a figure of an earlier run")
     lines: list[str] = []
-    result = run_book(base / "run", profile="smoke_real", data=str(tomato_root), html=True,
-                      book_root=base / "book_root", log=lines.append)
-    return {**result, "log": lines, "book_root": base / "book_root", "stale_figure": stale}
+    result = run_book(base / "run", profile="smoke_real", data=str(tomato_root), html=True, log=lines.append)
+    return {**result, "log": lines, "stale_figure": stale}

@@ -10,11 +10,11 @@ from cropcop_utils.__main__ import build_parser
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_committed_toc_lists_the_chain_in_order():
-    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
-    files = [entry["file"] for entry in toc["chapters"]]
-    assert files[0] == "book/summary"
-    assert files[1:] == [f"book/{c.notebook}" for c in book.CHAPTERS]
+def test_the_book_frame_is_config_stylesheet_and_front_page_only():
+    # executed notebooks and generated pages go to the run folder, never into the checkout
+    frame = sorted(p.relative_to(book.BOOK_FRAME).as_posix() for p in book.BOOK_FRAME.rglob("*")
+                   if p.is_file())
+    assert frame == ["_config.yml", "_static/cropcop.css", "intro.md"]
 
 
 def test_every_chapter_has_a_clean_source_notebook_with_parameters():
@@ -42,7 +42,7 @@ def test_cli_defaults():
 
 
 def test_run_facts_name_the_field_cohort(tmp_path):
-    from cropcop_utils import config
+    from cropcop_utils.core import config
 
     ctx = config.open_run(tmp_path / "run", profile="smoke")
     assert "synthetic field cohort" in book.render_run_facts(ctx, [])
@@ -61,14 +61,13 @@ def _plant_corpus_chapter(tmp_path: Path, monkeypatch, body: str) -> Path:
     notebook.cells = [params, nbformat.v4.new_code_cell(body)]
     nbformat.write(notebook, planted / "01_corpus.ipynb")
     monkeypatch.setattr(book, "NOTEBOOKS_DIR", planted)
-    return tmp_path / "root" / "book" / "01_corpus.ipynb"
+    return tmp_path / "run" / "book" / "01_corpus.ipynb"
 
 
 def test_failing_chapter_stops_with_its_error_and_notebook_path(tmp_path, monkeypatch):
     executed = _plant_corpus_chapter(tmp_path, monkeypatch, "raise ValueError('planted failure')")
     with pytest.raises(book.ChapterFailed, match="planted failure") as failure:
-        book.run_book(tmp_path / "run", profile="smoke", until="corpus", html=False,
-                      book_root=tmp_path / "root", log=lambda _: None)
+        book.run_book(tmp_path / "run", profile="smoke", until="corpus", html=False, log=lambda _: None)
     assert str(executed) in str(failure.value)
     assert executed.exists()
 
@@ -80,39 +79,59 @@ def test_a_cell_over_the_profile_timeout_fails_its_chapter(tmp_path, monkeypatch
     (tmp_path / "quick.yaml").write_text(yaml.safe_dump(profile))
     with pytest.raises(book.ChapterFailed, match="cell_timeout_s = 3") as failure:
         book.run_book(tmp_path / "run", profile=str(tmp_path / "quick.yaml"), until="corpus", html=False,
-                      book_root=tmp_path / "root", log=lambda _: None)
+                      log=lambda _: None)
     assert "CellTimeoutError" in str(failure.value) and str(executed) in str(failure.value)
 
 
 def test_a_profile_given_as_a_file_reaches_the_chapter_kernels(tmp_path, monkeypatch):
     # The kernels open the run with the profile they are given: a profile file's name alone is unknown there.
-    _plant_corpus_chapter(tmp_path, monkeypatch, "from cropcop_utils import config\n"
+    _plant_corpus_chapter(tmp_path, monkeypatch, "from cropcop_utils.core import config\n"
                           "config.load_profile(profile)\nraise ValueError('kernel profile: ' + profile)")
     profile = tmp_path / "mine.yaml"
     profile.write_text("extends: smoke\nname: mine\n")
     with pytest.raises(book.ChapterFailed, match=f"kernel profile: {profile}"):
-        book.run_book(tmp_path / "run", profile=str(profile), until="corpus", html=False,
-                      book_root=tmp_path / "root", log=lambda _: None)
+        book.run_book(tmp_path / "run", profile=str(profile), until="corpus", html=False, log=lambda _: None)
 
 
 def test_a_render_holds_only_the_run_it_renders(tmp_path, monkeypatch):
-    """Figures and pages an earlier render left under _build are gone before jupyter-book runs."""
-    stale = [tmp_path / "_build/html/_images/earlier_run_figure.png", tmp_path / "_build/html/book/old.html",
+    """Figures and pages an earlier render left (RUN_DIR/html, an interrupted _build) are gone before
+    jupyter-book runs; what it builds becomes RUN_DIR/html and its _build is removed."""
+    stale = [tmp_path / "html/_images/earlier_run_figure.png", tmp_path / "html/old.html",
              tmp_path / "_build/.doctrees/environment.pickle",
-             tmp_path / "_build/jupyter_execute/book/08_per_class_0.png"]
+             tmp_path / "_build/jupyter_execute/08_per_class_0.png"]
     for path in stale:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"earlier run")
     seen = {}
 
     def fake_build(command, **kwargs):
-        seen["left"] = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "_build").rglob("*")
+        seen["left"] = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")
                               if p.is_file())
+        seen["output"] = command[command.index("--path-output") + 1]
+        (tmp_path / "_build/html").mkdir(parents=True)
+        (tmp_path / "_build/html/index.html").write_text("this render")
         return subprocess.CompletedProcess(command, 0, "", "")
 
     monkeypatch.setattr(book.subprocess, "run", fake_build)
-    book.build_html(tmp_path, tmp_path / "toc.yml")
-    assert seen["left"] == []
+    index = book.build_html(tmp_path, tmp_path / "toc.yml")
+    assert seen["left"] == [] and seen["output"] == str(tmp_path)
+    assert index == tmp_path / "html/index.html" and index.read_text() == "this render"
+    assert not (tmp_path / "_build").exists()
+
+
+def test_two_books_side_by_side_keep_their_own_pages(tmp_path, monkeypatch):
+    _plant_corpus_chapter(tmp_path, monkeypatch, "print('chapter of', run_dir)")
+    frame_before = sorted(p.name for p in book.BOOK_FRAME.rglob("*"))
+    for name in ("one", "two"):
+        result = book.run_book(tmp_path / name, profile="smoke", until="corpus", html=False,
+                               log=lambda _: None)
+        assert result["book_dir"] == (tmp_path / name / "book").resolve()
+    for name in ("one", "two"):
+        text = (tmp_path / name / "book" / "01_corpus.ipynb").read_text()
+        assert f"chapter of {(tmp_path / name).resolve()}" in text
+        assert yaml.safe_load((tmp_path / name / "book" / "_toc.yml").read_text())["chapters"][1:] == [
+            {"file": "01_corpus"}]
+    assert sorted(p.name for p in book.BOOK_FRAME.rglob("*")) == frame_before
 
 
 @pytest.mark.slow
@@ -120,7 +139,12 @@ def test_smoke_book_runs_every_chapter_and_renders(smoke_book):
     assert smoke_book["chapters"] == [c.name for c in book.CHAPTERS]
     index = Path(smoke_book["index"])
     assert index.exists()
-    html = index.parent / "book"
+    html = index.parent
+    assert index == Path(smoke_book["run_dir"]) / "html" / "index.html"
+    assert any(line == f"front page: {index}" for line in smoke_book["log"])
+    toc = yaml.safe_load((smoke_book["book_dir"] / "_toc.yml").read_text())
+    assert [entry["file"] for entry in toc["chapters"]] == (
+        ["summary"] + [c.notebook for c in book.CHAPTERS] + ["card"])
     for spec in book.CHAPTERS:
         assert (html / f"{spec.notebook}.html").exists(), spec.notebook
     intro = (html / "intro.html").read_text()
@@ -131,7 +155,7 @@ def test_smoke_book_runs_every_chapter_and_renders(smoke_book):
     assert "Deployed state" in card and "The model cannot abstain" not in card
     run_card = (Path(smoke_book["run_dir"]) / "field" / "card.md").read_text()
     assert "Deployed state" in run_card
-    from cropcop_utils.evidence import read_registry
+    from cropcop_utils.core.evidence import read_registry
 
     assert read_registry(smoke_book["run_dir"])["field/card.md"]["chapter"] == "abstention"
 
@@ -140,7 +164,7 @@ def test_executed_chapters_carry_no_progress_bars(smoke_book):
     import nbformat
 
     for spec in book.CHAPTERS:
-        notebook = nbformat.read(smoke_book["book_root"] / "book" / f"{spec.notebook}.ipynb", as_version=4)
+        notebook = nbformat.read(smoke_book["book_dir"] / f"{spec.notebook}.ipynb", as_version=4)
         streams = [o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs
                    if o.output_type == "stream"]
         assert not any("%|" in text for text in streams), f"{spec.notebook} shows a progress bar"
@@ -163,11 +187,12 @@ def test_matplotlib_font_lookups_stay_out_of_the_chapters(caplog):
 def test_real_data_smoke_book_runs_every_chapter_on_a_sample_that_keeps_real_leakage(tomato_smoke_book):
     import json
 
-    from cropcop_utils import analysis, registry
+    from cropcop_utils.analysis import per_class as analysis
+    from cropcop_utils.core.summary import render_summary_markdown
 
     run = Path(tomato_smoke_book["run_dir"])
     assert tomato_smoke_book["chapters"] == [c.name for c in book.CHAPTERS]
-    html = Path(tomato_smoke_book["index"]).parent / "book"
+    html = Path(tomato_smoke_book["index"]).parent
     for spec in book.CHAPTERS:
         assert (html / f"{spec.notebook}.html").exists(), spec.notebook
     assert not tomato_smoke_book["stale_figure"].exists()  # the render holds only this run
@@ -185,7 +210,7 @@ def test_real_data_smoke_book_runs_every_chapter_on_a_sample_that_keeps_real_lea
     empty = [b for b in bins.values() if b["classes"] == 0]
     assert empty and all(b["note"] == analysis.EMPTY_BIN and b["delta"] is None for b in empty)
 
-    summary = registry.render_summary_markdown(run)
+    summary = render_summary_markdown(run)
     assert "its record lacks" not in summary  # every chapter's headline sentence found its keys
     page = (html / "07_runtime.html").read_text()
     assert "cpuinfo_utils.cpp" not in page and "runtime/native.log" in page

@@ -17,8 +17,10 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from cropcop_utils import config, evidence, split, taxonomy
-from cropcop_utils.evidence import Chapter
+from cropcop_utils import split
+from cropcop_utils.core import config, evidence
+from cropcop_utils.core.evidence import Chapter
+from cropcop_utils.corpus import taxonomy
 
 CLASSES = ("apple_healthy", "apple_scab", "tomato_late_blight")
 COUNTS = {"train": 10, "val": 4, "test": 4}  # per class
@@ -110,10 +112,10 @@ def subprocess_env() -> dict[str, str]:
 
 def run_cli(run_dir, model: str, extra_env: dict | None = None,
             ranks: int = 1) -> subprocess.CompletedProcess:
-    """``python -m cropcop_utils.train`` in a child process (under torchrun when ``ranks > 1``)."""
+    """``python -m cropcop_utils.training`` in a child process (under torchrun when ``ranks > 1``)."""
     env = {**subprocess_env(), **(extra_env or {})}
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] \
         if ranks > 1 else [sys.executable]
-    command = [*launcher, "-m", "cropcop_utils.train", "--run-dir", str(run_dir), "--model", model,
+    command = [*launcher, "-m", "cropcop_utils.training", "--run-dir", str(run_dir), "--model", model,
                "--no-progress"]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)

@@ -2,7 +2,10 @@
 
 The chapter's code, by topic:
 
-* :mod:`.chapter` — settings, the whole audit of a corpus (:func:`audit_corpus`) and ``run_chapter``.
+* :mod:`.config` — the ``audit`` profile section over :data:`DEFAULTS`, validated.
+* :mod:`.corpus_audit` — the whole audit of a corpus (:func:`audit_corpus`): admitted rows, hashes,
+  candidates and verifiers, relationships, groups and the evidence tables (:class:`AuditResult`).
+* :mod:`.chapter` — ``run_chapter``: writes ``audit/`` (tables, plots, ``audit.json``).
 * :mod:`.hashing` — per-image fingerprints: content digests, pHash / dHash, verifier thumbnails.
 * :mod:`.pairs` — every pair of 64-bit hashes within a Hamming radius (multi-index hashing).
 * :mod:`.candidates` — near candidates, capped per image, and their verifier scores.
@@ -15,7 +18,9 @@ The chapter's code, by topic:
 """
 
 from .candidates import NearCandidates, cap_neighbours, near_candidates
-from .chapter import DEFAULTS, MANIFEST_NEEDS, AuditResult, admitted_rows, audit_corpus, run_chapter, settings
+from .chapter import run_chapter
+from .config import DEFAULTS, settings
+from .corpus_audit import MANIFEST_NEEDS, AuditResult, admitted_rows, audit_corpus
 from .errors import AuditInputError
 from .hashing import HASH_COLUMNS, ImageHashes, fingerprint_image, hash_images, pixel_digest
 from .relations import (

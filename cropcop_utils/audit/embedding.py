@@ -1,7 +1,7 @@
 """The audit's learned candidate source: nearest neighbours in a pretrained embedding.
 
 Each image's global-pooled features from the ImageNet EfficientNet-Lite0 (the packaged TensorFlow-trained
-weights on timm's ``tf_efficientnet_lite0``, built by :func:`cropcop_utils.pretrained.create_pretrained`,
+weights on timm's ``tf_efficientnet_lite0``, built by :func:`cropcop_utils.nets.pretrained.create_pretrained`,
 inputs normalised as those weights expect; nothing is downloaded) are L2-normalised, and every
 image proposes its ``audit.embedding_k`` nearest neighbours by cosine similarity (faiss's exact
 inner-product index, ``IndexFlatIP``), kept when the similarity reaches ``audit.embedding_min_cosine``.
@@ -34,7 +34,7 @@ def model():
     """The ImageNet Lite0 with its head removed (pooled features), loaded once per process."""
     global _MODEL
     if _MODEL is None:
-        from .. import pretrained
+        from ..nets import pretrained
 
         net, _ = pretrained.create_pretrained(ARCH, 0)
         _MODEL = net.eval()
@@ -43,7 +43,7 @@ def model():
 
 def weights_description() -> dict:
     """Where the embedding's weights come from (recorded in the chapter's evidence)."""
-    from .. import pretrained
+    from ..nets import pretrained
 
     return pretrained.locate(ARCH).as_dict()
 
@@ -51,12 +51,12 @@ def weights_description() -> dict:
 def pooled_features(squares: np.ndarray) -> np.ndarray:
     """Global-pooled features (N, DIM) float32 of RGB squares (N, S, S, 3) uint8, as the network gives them.
 
-    The inputs are normalised exactly as :func:`cropcop_utils.imaging.to_tensor` does with the weights'
+    The inputs are normalised exactly as :func:`cropcop_utils.core.imaging.to_tensor` does with the weights'
     mean and std, so on the loading contract's squares these are the features chapter 4's frozen probe
     would compute (and may reuse: ``audit/embedding.npz``)."""
     import torch
 
-    from ..pretrained import INPUT_MEAN, INPUT_STD
+    from ..nets.pretrained import INPUT_MEAN, INPUT_STD
 
     net = model()
     mean = torch.tensor(INPUT_MEAN).view(1, 3, 1, 1)
@@ -110,7 +110,7 @@ def features_bytes(row_ids: list[str], features: np.ndarray, side: int) -> bytes
     (architecture, weights file SHA-256, the loading contract's side, mean and std)."""
     import io
 
-    from ..pretrained import INPUT_MEAN, INPUT_STD
+    from ..nets.pretrained import INPUT_MEAN, INPUT_STD
 
     weights = weights_description()
     buffer = io.BytesIO()

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .. import imaging
+from ..core import imaging
 
 
 def gallery_sample(relationships: pd.DataFrame, n: int = 12) -> pd.DataFrame:

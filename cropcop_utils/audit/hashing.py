@@ -39,9 +39,9 @@ from PIL import Image
 from scipy.fft import dct  # imported with the module: a worker pays it once, not inside the first image
 from tqdm import tqdm
 
-from .. import imaging
-from ..config import progress_wanted
-from ..evidence import sha256_bytes
+from ..core import imaging
+from ..core.config import progress_wanted
+from ..core.evidence import sha256_bytes
 from . import embedding, geometry, leaf_align, verifier
 from .errors import AuditInputError
 

@@ -47,7 +47,7 @@ def leaf_thumbnail(rgb: Image.Image) -> tuple[np.ndarray, np.ndarray]:
     (255 on the leaf, the floor on the backdrop; all floor when no leaf is found)."""
     import cv2
 
-    from ..field.masks import leaf_mask
+    from ..core.masks import leaf_mask
 
     small = rgb.convert("RGB").resize((SIDE, SIDE), Image.Resampling.BILINEAR)
     colour = np.asarray(small, dtype=np.uint8)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from ..config import progress_wanted
+from ..core.config import progress_wanted
 
 THUMB = 32                      # thumbnail side: small enough that sensor noise averages out
 EDGE_RING = 0.08                # outer ring without weight (frames, vignettes, scanner edges)

@@ -2,8 +2,6 @@
 
 * :mod:`.cohort` — the field cohort (``--field``): where it lives for a run and the scan of
   ``<lab class>/<images>`` (optional ``labels.csv`` and ``masks/``) under the corpus chapter's contract.
-* :mod:`.masks` — classical leaf masks for lab photographs (colour thresholds + morphology, refined by
-  GrabCut) and mask IoU.
 * :mod:`.attribution` — Grad-CAM on the float models, occlusion (captum) on every state, and the
   off-leaf share of attribution mass.
 * :mod:`.composites` — background-swap composites (leaf pixels pasted on other backgrounds); :mod:`.bench`
@@ -13,5 +11,20 @@
 * :mod:`.compare` — a training regime against the baseline on the same rows (paired intervals).
 * :mod:`.figures` and :mod:`.prose` — the chapter's plots and the sentences rendered from its record.
 * :mod:`.transfer` — the chapter's ``run_chapter``: it calls the modules above and writes ``field/``;
-  the model card itself is :mod:`cropcop_utils.card`.
+  the model card itself is :mod:`cropcop_utils.card`, the leaf masks :mod:`cropcop_utils.core.masks`.
 """
+
+from .prose import (
+    attribution_table,
+    headline,
+    masks_text,
+    recall_table,
+    regime_table,
+    regime_text,
+    state_table,
+    swap_table,
+)
+from .transfer import run_chapter
+
+__all__ = ["attribution_table", "headline", "masks_text", "recall_table", "regime_table", "regime_text",
+           "run_chapter", "state_table", "swap_table"]

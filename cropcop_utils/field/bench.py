@@ -1,6 +1,6 @@
 """The background-swap benchmark of a run: which rows, which backdrops, the composite files, the cells.
 
-The lab rows are a seeded sample of the locked test rows (read through :mod:`cropcop_utils.locked_test`
+The lab rows are a seeded sample of the locked test rows (read through :mod:`cropcop_utils.split.locked_test`
 by the chapter); their ``lab_plain`` predictions are each state's recorded test predictions.  Leaf masks
 of lab photos come from :func:`.masks.leaf_mask` (the classical method; IoU against the synthetic true
 masks is reported); field leaves use the cohort's true masks, so ``field_plain`` exists only where the
@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from .. import imaging
-from ..evidence import Chapter, atomic_write_bytes, row_id
+from ..core import imaging
+from ..core.evidence import Chapter, atomic_write_bytes, row_id
 from . import composites as comp
 
 COMPOSITES = "field/composites"
@@ -59,7 +59,7 @@ def sample_rows(rows: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
 
 def estimate_masks(leaves: LeafSet) -> LeafSet:
     """The classical leaf mask of every photo in the set."""
-    from .masks import leaf_mask
+    from ..core.masks import leaf_mask
 
     for r in leaves.rows.itertuples():
         leaves.masks[r.row_id] = np.asarray(leaf_mask(leaves.rgb(r.rel_path)), dtype=bool)
@@ -76,7 +76,7 @@ def lab_true_mask(run_dir: Path, class_name: str, rel_path: str) -> Path | None:
 
 def mask_iou_table(run_dir: Path, leaves: LeafSet) -> pd.DataFrame:
     """IoU of each estimated lab mask against its true mask (rows without a true mask are left out)."""
-    from .masks import load_mask, mask_iou
+    from ..core.masks import load_mask, mask_iou
 
     rows = []
     for r in leaves.rows.itertuples():
@@ -110,7 +110,7 @@ class Backdrops:
         if index not in self._plain and index not in self.unusable:
             r = self.donors.rows.iloc[index]
             if r.row_id not in self.donors.masks:
-                from .masks import leaf_mask
+                from ..core.masks import leaf_mask
 
                 self.donors.masks[r.row_id] = np.asarray(leaf_mask(self.donors.rgb(r.rel_path)), dtype=bool)
             try:
@@ -164,7 +164,7 @@ def build(
     ``field_rows`` are the field cohort's admitted rows (None: no cohort, so no lab_field and no
     field_plain).  Masked field rows (``mask_rel_path``) feed ``field_plain``.
     """
-    from .masks import load_mask
+    from ..core.masks import load_mask
 
     rng = np.random.default_rng(seed)
     backdrops = Backdrops(donors)

@@ -11,7 +11,7 @@ three places, so ``files_seen == admitted + quarantined + left_out``:
 
 * **quarantined** — the corpus chapter's file checks and reasons (:mod:`cropcop_utils.corpus`:
   ``os_junk``, ``hidden``, ``outside_layout``, ``zero_byte``, ``not_an_image``, ``decompression_bomb``,
-  ``truncated``, ``unreadable``), decoded exactly as :mod:`cropcop_utils.imaging` decodes for a model;
+  ``truncated``, ``unreadable``), decoded exactly as :mod:`cropcop_utils.core.imaging` decodes for a model;
   plus ``labels_csv_conflict`` (``labels.csv`` files it under another lab class than its folder).
 * **left out** — a file in a class folder with no lab counterpart (``no_lab_class``); such folders are
   listed in ``unmatched_classes``.
@@ -33,8 +33,8 @@ from typing import Any
 import pandas as pd
 
 from .. import corpus
-from ..config import SYNTHETIC
-from ..evidence import row_id as make_row_id
+from ..core.config import SYNTHETIC
+from ..core.evidence import row_id as make_row_id
 
 LABELS_NAME = "labels.csv"
 MASKS_DIR = "masks"

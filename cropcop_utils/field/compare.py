@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import metrics
+from ..core import metrics
 from . import composites as comp
 from .stats import interval_record
 

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..evidence import Chapter
-from ..model_states import STATE_LABELS
+from ..core.evidence import Chapter
+from ..core.model_states import STATE_LABELS
 from . import bench
 from . import composites as comp
 
@@ -194,7 +194,7 @@ def save_figures(
     names: list[str],
 ) -> dict[str, str]:
     """Write the chapter's figures; returns name → path."""
-    from .masks import load_mask
+    from ..core.masks import load_mask
 
     made: dict[str, Any] = {
         "lab_vs_field": plot_lab_vs_field(results),

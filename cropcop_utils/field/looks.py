@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import state_models
-from ..config import RunContext
-from ..imaging import ImageSpec
+from ..core.config import RunContext
+from ..core.imaging import ImageSpec
+from ..nets import states as state_models
 from . import attribution as attr
 from . import bench
 from .stats import mean_with_interval
@@ -31,7 +31,7 @@ def attribution_sets(
     field_root: Path | None,
 ) -> dict[str, list[dict[str, Any]]]:
     """cell → items (key = the row_id its prediction is recorded under, path, native leaf mask)."""
-    from .masks import load_mask
+    from ..core.masks import load_mask
 
     composites_root = ctx.run_dir / bench.COMPOSITES
     sets: dict[str, list[dict[str, Any]]] = {

@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..card import _ci, _pct
+from ..card.render import _ci, _pct
 from .composites import CELLS
 
 

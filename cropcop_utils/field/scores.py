@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import metrics, state_models
-from ..evidence import Chapter, FingerprintMismatch
-from ..model_states import states_for
-from ..taxonomy import TaxonomyError, slug, split_name
+from ..core import metrics
+from ..core.evidence import Chapter, FingerprintMismatch
+from ..core.model_states import states_for
+from ..corpus.taxonomy import TaxonomyError, slug, split_name
+from ..nets import states as state_models
 from . import composites as comp
 from .stats import interval_record, mean_with_interval, resampled_means
 

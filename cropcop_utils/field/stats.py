@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import metrics
+from ..core import metrics
 
 
 def interval_record(

@@ -2,7 +2,7 @@
 
 1. The field cohort (``--field``; the synthetic one for a synthetic run) is scanned under the corpus
    contract and scored zero-shot by every state (reference, compact, INT8 graph, .pte) loaded from its
-   verified file (:mod:`cropcop_utils.state_models`).  ``field/cohort.parquet`` and
+   verified file (:mod:`cropcop_utils.nets.states`).  ``field/cohort.parquet`` and
    ``field/predictions_{state}.parquet`` (records with logits) are what later chapters read.
 2. Accuracy, macro-F1, per-class recall, confusion and bootstrap intervals beside the same state's lab
    test result (its recorded test predictions); source labels mapped by symptom are reported apart.
@@ -13,7 +13,7 @@
 6. The model card (:mod:`cropcop_utils.card`), rendered from the run's JSON after this record is written.
 
 Test rows: the lab side of the benchmark pastes leaves of locked test photos on other backgrounds, a
-new look at the test split by every state; each read goes through :mod:`cropcop_utils.locked_test` and
+new look at the test split by every state; each read goes through :mod:`cropcop_utils.split.locked_test` and
 is logged with its reason.  ``lab_plain`` reuses the recorded test predictions (nothing re-scored).
 """
 
@@ -25,12 +25,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import locked_test, regimes, state_models
-from ..config import RunContext
-from ..evidence import Chapter
-from ..imaging import ImageSpec
-from ..model_states import STATE_LABELS
-from ..regimes import BASELINE, Regime
+from ..core.config import RunContext
+from ..core.evidence import Chapter
+from ..core.imaging import ImageSpec
+from ..core.model_states import STATE_LABELS
+from ..nets import states as state_models
+from ..split import locked_test
+from ..training import regimes
+from ..training.regimes import BASELINE, Regime
 from . import attribution as attr
 from . import bench, compare, figures
 from . import composites as comp
@@ -371,7 +373,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         classes=names,
         image=ctx.section("image"),
     )
-    from .. import card
+    from ..card import render as card
 
     card.write_card(ctx.run_dir)
     return record

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from ..evidence import sha256_bytes
-from .drawing import _SS, _blob, _draw_subject, _smooth, downsample_mask, place_subject
+from ..core.evidence import sha256_bytes
+from .drawing import _draw_subject, downsample_mask, place_subject
+from .leaves import _SS, _blob, _smooth
 from .world import CLASS_BY_NAME, CLASSES
 
 FIELD_STREAM = 11  # rng stream id of field photos (the lab renderer uses 1, 2, 3)

@@ -1,0 +1,75 @@
+"""Chapter 10's field cohort under the recipe: its records (:func:`field_inputs`, None when the run has
+no field cohort) and, per state, the share abstained at the threshold, accuracy on the accepted and on
+all field images, and conformal coverage on the cohort (:func:`field_block`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core.evidence import Chapter, read_registry
+from ..core.model_states import STATE_NAMES
+from .calibration import probabilities
+from .conformal import conformal_sets, set_summary
+from .records import aligned
+from .selective import confidence_scores, proportion
+
+FIELD_RECORD = "field/field.json"
+
+
+def field_inputs(ch: Chapter, n_classes: int) -> dict[str, Any] | None:
+    """Chapter 10's cohort and per-state field predictions, or None when the run has no field cohort
+    (no chapter 10, or a chapter 10 that recorded ``status: no_field_cohort``, or an empty cohort)."""
+    registry = read_registry(ch.run_dir)
+    if FIELD_RECORD not in registry:
+        return None
+    record = ch.read_json(FIELD_RECORD)
+    scored = [f"field/predictions_{state}.parquet" for state in STATE_NAMES]
+    if record.get("status") != "measured" or not all(path in registry for path in scored):
+        return None
+    cohort = ch.read_parquet("field/cohort.parquet").sort_values("row_id").reset_index(drop=True)
+    logits = {}
+    for state in STATE_NAMES:
+        path = f"field/predictions_{state}.parquet"
+        logits[state] = aligned(ch.read_parquet(path), cohort, n_classes, path)[0]
+    return {"cohort": cohort, "logits": logits}
+
+
+def field_block(field_logits: np.ndarray, cohort: pd.DataFrame, temperature: float, threshold: float,
+                val_prob: np.ndarray, val_y: np.ndarray, params: dict[str, Any]) -> dict[str, Any]:
+    """Share abstained, accuracy on accepted vs all field images, conformal coverage on the cohort."""
+    level, n_classes = float(params["ci_level"]), val_prob.shape[1]
+    y = cohort["label"].to_numpy().astype(np.int64)
+    labelled = (y >= 0) & (y < n_classes)
+    score = confidence_scores(field_logits, temperature)[params["score"]]
+    accepted = score >= threshold
+    prob = probabilities(field_logits, temperature)
+    correct = prob.argmax(axis=1) == np.where(labelled, y, -1)
+    conformal = {}
+    for nominal in params["conformal_levels"]:
+        sets = conformal_sets(val_prob, val_y, prob[labelled], float(nominal), int(params["seed"]))
+        conformal[f"{round(100 * float(nominal))}"] = {"nominal": float(nominal),
+                                                       **set_summary(sets, y[labelled], level)}
+    out = {"n": int(len(y)), "labelled": int(labelled.sum()),
+           **_field_shares(accepted, correct, labelled, level), "conformal": conformal}
+    # a source label mapped to a lab class by symptom (frogeye leaf spot -> black rot) is reported apart
+    sources = cohort["source_label"].astype(str).to_numpy() if "source_label" in cohort else None
+    out["by_source_label"] = {} if sources is None else {
+        source: {"n": int((sources == source).sum()),
+                 **_field_shares(accepted[sources == source], correct[sources == source],
+                                 labelled[sources == source], level)}
+        for source in sorted(set(sources))}
+    return out
+
+
+def _field_shares(accepted: np.ndarray, correct: np.ndarray, labelled: np.ndarray,
+                  level: float) -> dict[str, Any]:
+    return {"abstained_share": proportion(int((~accepted).sum()), len(accepted), level, "field images"),
+            "accuracy_accepted": proportion(int((correct & accepted & labelled).sum()),
+                                            int((accepted & labelled).sum()), level,
+                                            "accepted labelled field images"),
+            "accuracy_all": proportion(int((correct & labelled).sum()), int(labelled.sum()), level,
+                                       "labelled field images")}

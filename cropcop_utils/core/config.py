@@ -1,0 +1,220 @@
+"""Profiles (one YAML each) and the run context every chapter opens first."""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .evidence import atomic_write_text, sha256_json
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+REPO_ROOT = PACKAGE_DIR.parent   # the checkout: notebooks/, the book's _config.yml
+PROFILES_DIR = PACKAGE_DIR / "profiles"
+PARAMS_NAME = "params.yaml"
+SYNTHETIC = "synthetic"
+
+
+class RunFolderConflict(RuntimeError):
+    """The run folder was made with another profile, corpus or overrides."""
+
+
+def progress_wanted(requested: bool = True) -> bool:
+    """Whether to draw a progress bar: the caller asks for one and ``TQDM_DISABLE`` does not forbid it.
+
+    tqdm lets an explicit ``disable=`` argument win over its environment defaults, so the book runner's
+    ``TQDM_DISABLE=1`` (bars in executed notebooks would only clutter the book) is honoured here instead.
+    """
+    return bool(requested) and os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("1", "true", "yes")
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def load_profile(profile: str | os.PathLike, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Load a profile by name (``smoke``, ``default``, ``paper``) or path and apply nested overrides.
+
+    A profile may say ``extends: <profile>`` and list only what differs: it is merged over its base
+    (mappings key by key, lists and scalars replaced), so a value lives once.  The result is the
+    resolved profile, the one ``params.yaml`` records; ``extends`` stays in it as provenance.
+    """
+    return deep_merge(_resolve_profile(profile, seen=()), overrides or {})
+
+
+def _resolve_profile(profile: str | os.PathLike, seen: tuple[Path, ...]) -> dict[str, Any]:
+    path = Path(profile)
+    if not path.suffix:
+        path = PROFILES_DIR / f"{profile}.yaml"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"profile {profile!r} not found; known profiles: {', '.join(available_profiles())}"
+        )
+    path = path.resolve()
+    if path in seen:
+        chain = " -> ".join(p.stem for p in (*seen, path))
+        raise ValueError(f"profile {path.name}: 'extends' loops ({chain})")
+    params = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(params, dict):
+        raise ValueError(f"profile {path}: expected a mapping at the top level, got {type(params).__name__}")
+    base = params.get("extends")
+    if base is None:
+        return params
+    # A base named by a relative path is looked up beside the profile that names it.
+    base_ref = Path(str(base))
+    if base_ref.suffix and not base_ref.is_absolute():
+        base_ref = path.parent / base_ref
+    return deep_merge(_resolve_profile(base_ref if base_ref.suffix else str(base), (*seen, path)), params)
+
+
+def dataclass_from_section(cls: type, section: dict[str, Any] | None, where: str,
+                           error: type[Exception]) -> Any:
+    """A parameters dataclass built from a profile section: unknown keys refused by name, YAML lists as
+    the tuples the dataclass declares; what the fields leave out keeps its default."""
+    section = dict(section or {})
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise error(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in section.items()})
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a chapter needs to know about its run: the folder, the resolved parameters, the corpus."""
+
+    run_dir: Path
+    params: dict[str, Any]
+    fingerprint: str
+
+    @property
+    def profile(self) -> str:
+        return self.params["name"]
+
+    @property
+    def data(self) -> str:
+        return self.params["data"]
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.data == SYNTHETIC
+
+    @property
+    def corpus_root(self) -> Path:
+        """The image-folder corpus: the embedded synthetic one lives inside the run folder."""
+        if self.is_synthetic:
+            return self.run_dir / "synthetic" / "corpus"
+        return Path(self.data)
+
+    @property
+    def field(self) -> str | None:
+        """The field cohort the run was opened with: an absolute folder, ``"synthetic"`` or None."""
+        return self.params.get("field")
+
+    @property
+    def field_root(self) -> Path | None:
+        """The field cohort folder: the synthetic one lives inside the run folder; None without one."""
+        if self.field is None:
+            return None
+        if self.field == SYNTHETIC:
+            return self.run_dir / "synthetic" / "field"
+        return Path(self.field)
+
+    @property
+    def planted_truth_path(self) -> Path | None:
+        return self.run_dir / "synthetic" / "planted.json" if self.is_synthetic else None
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.params.get(name, {})
+
+
+def open_run(
+    run_dir: str | os.PathLike,
+    profile: str = "default",
+    data: str = SYNTHETIC,
+    overrides: dict[str, Any] | None = None,
+    field: str | os.PathLike | None = None,
+) -> RunContext:
+    """Create or reopen a run folder.
+
+    The first call resolves the profile (plus overrides, the corpus and the field cohort) into
+    ``params.yaml`` with its fingerprint.  Later calls (each chapter) reopen it and refuse if asked for a
+    different profile, corpus, field cohort or overrides, so one run folder always holds one coherent
+    chain.
+
+    ``field`` (``--field``): a folder of ``<lab class>/<images>``, ``"synthetic"`` (the generator's field
+    cohort; only with the synthetic corpus) or None.  Not given, it is what ``params.yaml`` recorded, so
+    a notebook needs no field parameter; a new run folder then gets ``"synthetic"`` with the synthetic
+    corpus and no field cohort with a real one.
+    """
+    run_dir = Path(run_dir).resolve()
+    if data != SYNTHETIC:
+        data = str(Path(data).expanduser().resolve())
+        if not Path(data).is_dir():
+            raise FileNotFoundError(f"--data {data}: no such corpus folder")
+    params_path = run_dir / PARAMS_NAME
+    recorded = yaml.safe_load(params_path.read_text()) if params_path.exists() else None
+    params = load_profile(profile, overrides)
+    params["data"] = data
+    if field is not None:
+        params["field"] = resolve_field(field, data)
+    elif recorded is not None:
+        if "field" in recorded.get("params", {}):  # folders made before --field existed lack the key
+            params["field"] = recorded["params"]["field"]
+    else:
+        params["field"] = SYNTHETIC if data == SYNTHETIC else None
+    fingerprint = sha256_json(params)
+    if recorded is not None:
+        if recorded.get("fingerprint") != fingerprint:
+            raise RunFolderConflict(
+                f"{run_dir} was made with profile {recorded['params'].get('name')!r} on "
+                f"{recorded['params'].get('data')!r}, field cohort {recorded['params'].get('field')!r} "
+                f"(params fingerprint {str(recorded.get('fingerprint'))[:12]}…); this call asks for "
+                f"profile {profile!r} on {data!r}, field cohort {params.get('field')!r} "
+                f"({fingerprint[:12]}…). Use a new --run-dir or the same settings."
+            )
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(params_path, yaml.safe_dump({"fingerprint": fingerprint, "params": params},
+                                                      sort_keys=False))
+    return RunContext(run_dir=run_dir, params=params, fingerprint=fingerprint)
+
+
+def resolve_field(field: str | os.PathLike, data: str) -> str:
+    """``--field`` as recorded: ``"synthetic"`` or the absolute path of an existing folder."""
+    if str(field) == SYNTHETIC:
+        if data != SYNTHETIC:
+            raise ValueError(
+                "--field synthetic draws the synthetic classes and needs --data synthetic; give a folder "
+                "of <lab class>/<images> for a real corpus")
+        return SYNTHETIC
+    path = Path(field).expanduser().resolve()
+    if not path.is_dir():
+        raise FileNotFoundError(f"--field {path}: no such field-cohort folder")
+    return str(path)
+
+
+def reopen_run(run_dir: str | os.PathLike) -> RunContext:
+    """Open an existing run folder with whatever it was made with (the explorer uses this)."""
+    run_dir = Path(run_dir).resolve()
+    params_path = run_dir / PARAMS_NAME
+    if not params_path.exists():
+        raise FileNotFoundError(f"{run_dir} has no {PARAMS_NAME}: not a CropCop run folder")
+    recorded = yaml.safe_load(params_path.read_text())
+    if sha256_json(recorded["params"]) != recorded["fingerprint"]:
+        raise RunFolderConflict(f"{params_path} was edited after it was written (fingerprint mismatch)")
+    return RunContext(run_dir=run_dir, params=recorded["params"], fingerprint=recorded["fingerprint"])

@@ -1,0 +1,91 @@
+"""Decoded squares under the loading contract: cached once per process, and the evaluation dataset.
+
+Every chapter that scores images (training's validation, PTQ's calibration, the runtime and the later
+chapters' predictions) reads them through :class:`EvalImages`; training's augmented samples start from
+the same :class:`SquareCache`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import Dataset
+from tqdm import tqdm
+
+from . import imaging
+from .config import progress_wanted
+from .imaging import ImageSpec
+
+
+class SquareCache:
+    """The loading contract's square uint8 images of a set of rows, decoded once and kept in memory.
+
+    ``load_square`` is deterministic, so a cached array is exactly what a fresh decode would give.  Caches
+    of the same files at the same size share their arrays within a process (:data:`SHARED_SETS` sets at
+    most): the compact model's trainer, built after the reference's on the same split, decodes nothing.
+    """
+
+    SHARED_SETS = 4
+    _shared: dict[tuple[tuple[str, ...], int], list[np.ndarray | None]] = {}
+
+    def __init__(self, paths: Sequence[Path], size: int, enabled: bool = True) -> None:
+        self.paths = list(paths)
+        self.size = size
+        self.enabled = enabled
+        self.arrays: list[np.ndarray | None] = [None] * len(self.paths)
+        if enabled:
+            key = (tuple(str(p) for p in self.paths), int(size))
+            shared = SquareCache._shared
+            if key not in shared:
+                while len(shared) >= self.SHARED_SETS:
+                    shared.pop(next(iter(shared)))
+                shared[key] = self.arrays
+            self.arrays = shared[key]
+
+    def fill(self, progress: bool = False, desc: str = "decode", threads: int = 2) -> None:
+        """Decode every image not yet cached; ``threads`` decode side by side (Pillow releases the GIL
+        while it decodes and resizes), each writing its own slots, so the result does not depend on it."""
+        if not self.enabled:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        missing = [i for i, a in enumerate(self.arrays) if a is None]
+        bar = tqdm(total=len(missing), desc=desc, disable=not progress_wanted(progress), leave=False)
+        with bar, ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            for _ in pool.map(self.get, missing):
+                bar.update()
+
+    def get(self, index: int) -> np.ndarray:
+        cached = self.arrays[index]
+        if cached is not None:
+            return cached
+        array = imaging.load_array(self.paths[index], self.size)
+        if self.enabled:
+            self.arrays[index] = array
+        return array
+
+
+def row_paths(rows: pd.DataFrame, corpus_root: str | os.PathLike) -> list[Path]:
+    root = Path(corpus_root)
+    return [root / rel for rel in rows["rel_path"]]
+
+
+class EvalImages(Dataset):
+    """Evaluation samples under the loading contract exactly (``imaging.load_tensor``); yields the index."""
+
+    def __init__(self, rows: pd.DataFrame, corpus_root: str | os.PathLike, spec: ImageSpec,
+                 cache: bool = False) -> None:
+        self.spec = spec
+        self.squares = SquareCache(row_paths(rows, corpus_root), spec.size, enabled=cache)
+
+    def __len__(self) -> int:
+        return len(self.squares.paths)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        # to_tensor(load_array(p)) is load_tensor(p): the same contract, cached or not.
+        return imaging.to_tensor(self.squares.get(index), self.spec.mean, self.spec.std), index

@@ -1,0 +1,405 @@
+"""Chapter 7: the selected INT8 graph lowered to an ExecuTorch program (XNNPACK) and executed from disk.
+
+The graph chapter 6 registered (``ptq/selected.pt2``) is lowered with ``to_edge_transform_and_lower``
+and the XNNPACK partitioner, serialised with ``to_executorch`` and written atomically to
+``runtime/model.pte``.  The program that scores the test rows is then read back from disk, its SHA-256
+checked against the registry first (:func:`load_verified_pte` refuses a modified file), and executed
+with ``executorch.runtime`` in batches (the batch dimension stayed dynamic through export).  Its
+prediction record is new: the .pte never inherits the graph's metrics.
+
+Every test row whose top-1 decision differs between the INT8 graph and the .pte is listed with both
+predictions and margins and classed by :func:`classify_disagreement`.  Host latency (batch 1) and peak
+memory of the .pte and of the eager float model are each measured in a fresh subprocess: tracemalloc
+does not see native allocations, so memory is the resident-set high-water mark (reset after the imports,
+``ru_maxrss`` where it cannot be) minus the resident size just before the model was loaded.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+
+from ..core.config import REPO_ROOT, RunContext
+from ..core.evidence import Chapter, FingerprintMismatch, atomic_write_bytes
+from ..nets.int8_graph import load_program
+from ..nets.pte import PTE, PteForward, load_verified_pte, verified_pte_bytes
+
+FOLDER = "runtime"
+TEST_RECORD = "runtime/predictions_test.parquet"
+DISAGREEMENTS = "runtime/disagreements.parquet"
+NATIVE_LOG = "runtime/native.log"  # what ExecuTorch / XNNPACK write to stdout / stderr (C++ logging)
+DISAGREEMENT_KINDS = ("corrected error", "reversed correct", "wrong-to-wrong")
+MIB = 2**20
+DEFAULTS: dict[str, Any] = {"batch_size": 32, "latency_warmup": 5, "latency_runs": 50, "threads": 1,
+                            "latency_timeout_s": 900, "latency_seed": 0}
+_OPTIONS = {"test_override", "test_override_reason", "progress", "measure_latency"}
+
+
+class RuntimeConfigError(ValueError):
+    """The profile's ``runtime`` section holds an invalid value."""
+
+
+class LatencyError(RuntimeError):
+    """A latency / memory measurement subprocess failed."""
+
+
+# --------------------------------------------------------------------------- lowering
+def lower(program: Any) -> tuple[bytes, pd.DataFrame, dict[str, int]]:
+    """Lower an ``ExportedProgram`` to ExecuTorch with XNNPACK: (.pte bytes, delegation table, summary).
+
+    The table has one row per operator type of the lowered graph with how many of its nodes sit inside
+    XNNPACK-delegated subgraphs and how many run outside them (``get_delegation_info``).
+    """
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.devtools.backend_debug import get_delegation_info
+    from executorch.exir import to_edge_transform_and_lower
+
+    # Lowering re-traces the graph with fake tensors, and the fake conv asks which CPU backend eager
+    # PyTorch would pick; the mkldnn and NNPACK heuristics test "batch >= 16", which guards the dynamic
+    # batch to <= 15 in the program (a "bounded tensor" resize error at run time).  XNNPACK runs these
+    # convs, not those backends, so they are switched off while lowering.
+    with warnings.catch_warnings():
+        # toggling the mkldnn flags warns about Intel-GPU TF32, which has nothing to do with this CPU run
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+        with torch.backends.mkldnn.flags(enabled=False), torch.backends.nnpack.flags(enabled=False):
+            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+            buffer = bytes(edge.to_executorch().buffer)
+    info = get_delegation_info(edge.exported_program().graph_module)
+    table = info.get_operator_delegation_dataframe().rename(columns={
+        "op_type": "op", "occurrences_in_delegated_graphs": "delegated",
+        "occurrences_in_non_delegated_graphs": "not_delegated"})
+    table = table[table["op"] != "Total"].astype({"delegated": int, "not_delegated": int})
+    summary = {"delegated_subgraphs": int(info.num_delegated_subgraphs),
+               "delegated_nodes": int(info.num_delegated_nodes),
+               "non_delegated_nodes": int(info.num_non_delegated_nodes)}
+    return buffer, table.reset_index(drop=True), summary
+
+
+def state_dict_bytes(state_dict: dict[str, torch.Tensor]) -> bytes:
+    """The prequantised state file: the float model's state_dict saved alone with ``torch.save``."""
+    buffer = io.BytesIO()
+    torch.save(state_dict, buffer)
+    return buffer.getvalue()
+
+
+def size_record(pte_bytes: int, state_bytes: int) -> dict[str, float | int]:
+    return {"pte_bytes": int(pte_bytes), "pte_mib": pte_bytes / MIB, "state_bytes": int(state_bytes),
+            "state_mib": state_bytes / MIB, "ratio": pte_bytes / state_bytes,
+            "reduction": 1.0 - pte_bytes / state_bytes}
+
+
+# --------------------------------------------------------------------------- executing the file
+# --------------------------------------------------------------------------- disagreement audit
+def classify_disagreement(label: int, before: int, after: int) -> str:
+    """How a changed top-1 decision moved: corrected error, reversed correct, or wrong-to-wrong.
+
+    ``before`` is the INT8 graph's prediction, ``after`` the .pte's.  Equal predictions are not a
+    disagreement and raise ``ValueError``.
+    """
+    if before == after:
+        raise ValueError(f"predictions {before} and {after} agree: not a disagreement")
+    if after == label:
+        return "corrected error"
+    if before == label:
+        return "reversed correct"
+    return "wrong-to-wrong"
+
+
+def disagreement_table(graph: pd.DataFrame, pte: pd.DataFrame, class_names: Sequence[str],
+                       rel_paths: pd.Series | None = None) -> pd.DataFrame:
+    """Every row the two records decide differently, with label, both predictions and margins, and kind.
+
+    ``graph`` and ``pte`` are prediction records of the same rows (any order); ``rel_paths`` maps
+    row_id → corpus-relative path.
+    """
+    from ..ptq import aligned
+
+    pte = aligned(graph, pte, "INT8 graph vs .pte")
+    changed = graph["pred"].to_numpy() != pte["pred"].to_numpy()
+    names = np.asarray(class_names, dtype=object)
+    out = pd.DataFrame({
+        "row_id": graph["row_id"].to_numpy()[changed],
+        "label": graph["label"].to_numpy()[changed].astype(int),
+        "graph_pred": graph["pred"].to_numpy()[changed].astype(int),
+        "pte_pred": pte["pred"].to_numpy()[changed].astype(int),
+        "graph_margin": graph["margin"].to_numpy()[changed].astype(float),
+        "pte_margin": pte["margin"].to_numpy()[changed].astype(float),
+    })
+    out["kind"] = [classify_disagreement(*v) for v in zip(out["label"], out["graph_pred"], out["pte_pred"],
+                                                          strict=True)]
+    out["class_name"] = names[out["label"]] if len(out) else []
+    out["graph_pred_name"] = names[out["graph_pred"]] if len(out) else []
+    out["pte_pred_name"] = names[out["pte_pred"]] if len(out) else []
+    if rel_paths is not None:
+        out["rel_path"] = out["row_id"].map(rel_paths)
+    return out
+
+
+def disagreement_counts(table: pd.DataFrame) -> dict[str, int]:
+    counts = table["kind"].value_counts() if len(table) else pd.Series(dtype=int)
+    return {kind: int(counts.get(kind, 0)) for kind in DISAGREEMENT_KINDS}
+
+
+# --------------------------------------------------------------------------- latency and memory
+def _set_threads(threads: int) -> str:
+    torch.set_num_threads(threads)
+    try:
+        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+    except ImportError:  # an ExecuTorch build without the threadpool hook: its default pool is used
+        return "executorch default"
+    _unsafe_reset_threadpool(threads)
+    return str(threads)
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's resident-set high-water mark (VmHWM) to the current size; False if unsupported."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _peak_rss(reset: bool) -> int:
+    """Peak resident bytes since the reset (VmHWM), else since process start (``ru_maxrss``)."""
+    if reset:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def latency_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run inside a fresh process: load one model, time batch-1 calls, report peak memory.
+
+    ``spec``: kind ("pte" | "eager"), image_size, warmup, runs, threads, seed, and for "pte" path +
+    sha256, for "eager" arch + num_classes + state_path (a state_dict file).  Memory: the resident-set
+    high-water mark is reset after the imports (Linux ``clear_refs``), so the peak counts loading and
+    running the model, not the import transients; where that is unsupported, ``ru_maxrss`` is used.
+    """
+    import gc
+    import time
+
+    import executorch.runtime  # noqa: F401  (both kinds import the same libraries: comparable baselines)
+    import psutil
+
+    from ..nets.models import create_model
+
+    threads = _set_threads(int(spec["threads"]))
+    gc.collect()
+    reset = _reset_peak_rss()
+    rss_before = psutil.Process().memory_info().rss
+    if spec["kind"] == "pte":
+        forward: Callable[[torch.Tensor], Any] = PteForward(verified_pte_bytes(spec["path"], spec["sha256"]),
+                                                            spec["sha256"])
+    elif spec["kind"] == "eager":
+        model = create_model(spec["arch"], int(spec["num_classes"])).eval()
+        model.load_state_dict(torch.load(spec["state_path"], map_location="cpu", weights_only=True))
+        forward = model
+    else:
+        raise ValueError(f"unknown latency kind {spec['kind']!r}")
+    size = int(spec["image_size"])
+    x = torch.randn((1, 3, size, size), generator=torch.Generator().manual_seed(int(spec["seed"])))
+    times = []
+    with torch.inference_mode():
+        for _ in range(int(spec["warmup"])):
+            forward(x)
+        for _ in range(int(spec["runs"])):
+            start = time.perf_counter()
+            forward(x)
+            times.append(time.perf_counter() - start)
+    peak = _peak_rss(reset)
+    ms = 1000 * np.asarray(times)
+    return {"kind": spec["kind"], "runs": len(times), "warmup": int(spec["warmup"]), "threads": threads,
+            "p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
+            "mean_ms": float(ms.mean()), "rss_before_load_mib": rss_before / MIB, "peak_rss_mib": peak / MIB,
+            "peak_above_baseline_mib": (peak - rss_before) / MIB,
+            "peak_method": "VmHWM reset after imports" if reset else "ru_maxrss since process start"}
+
+
+def measure(spec: dict[str, Any], timeout_s: float = 900) -> dict[str, Any]:
+    """:func:`latency_worker` in a fresh Python process (so neither model sees the other's memory)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    try:
+        done = subprocess.run([sys.executable, "-m", "cropcop_utils.runtime", json.dumps(spec)],
+                              capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO_ROOT)
+    except subprocess.TimeoutExpired:
+        raise LatencyError(f"latency measurement of the {spec['kind']} model exceeded {timeout_s:.0f} s; "
+                           "lower runtime.latency_runs") from None
+    if done.returncode != 0:
+        raise LatencyError(f"latency measurement of the {spec['kind']} model failed "
+                           f"(exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare_latency(pte_spec: dict[str, Any], eager_spec: dict[str, Any],
+                    timeout_s: float = 900) -> pd.DataFrame:
+    """One row per model (.pte, eager float) with p50 / p95 ms per image and memory; sequential runs."""
+    rows = [{"model": ".pte (XNNPACK, INT8)", **measure(pte_spec, timeout_s)},
+            {"model": "eager float (PyTorch)", **measure(eager_spec, timeout_s)}]
+    return pd.DataFrame(rows)
+
+
+def latency_ratios(table: pd.DataFrame) -> dict[str, float]:
+    """.pte / eager float for p50, p95 and the memory above baseline (< 1: the .pte is faster / smaller)."""
+    pte, eager = (table[table["kind"] == k].iloc[0] for k in ("pte", "eager"))
+    return {"p50_ratio": float(pte["p50_ms"] / eager["p50_ms"]),
+            "p95_ratio": float(pte["p95_ms"] / eager["p95_ms"]),
+            "memory_ratio": float(pte["peak_above_baseline_mib"] / eager["peak_above_baseline_mib"])
+            if eager["peak_above_baseline_mib"] > 0 else float("nan")}
+
+
+def plot_latency(table: pd.DataFrame) -> Figure:
+    """p50 / p95 latency per image and peak memory above baseline, .pte vs eager float."""
+    fig = Figure(figsize=(8.0, 3.2))
+    left, right = fig.subplots(1, 2)
+    y = np.arange(len(table))
+    left.barh(y - 0.2, table["p50_ms"], height=0.4, label="p50", color="tab:blue")
+    left.barh(y + 0.2, table["p95_ms"], height=0.4, label="p95", color="tab:orange")
+    left.set_yticks(y, table["model"])
+    left.set_xlabel("ms per image (batch 1)")
+    left.legend(fontsize=8)
+    right.barh(y, table["peak_above_baseline_mib"], color="tab:gray")
+    right.set_yticks(y, [""] * len(y))
+    right.set_xlabel("peak memory above pre-load RSS (MiB)")
+    fig.suptitle("Host CPU: the .pte against the eager float model")
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- chapter
+def runtime_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
+    unknown = set(options) - _OPTIONS
+    if unknown:
+        raise RuntimeConfigError(f"runtime.run_chapter options {sorted(unknown)} are not accepted; options "
+                                 f"are {sorted(_OPTIONS)} (the rest lives in the profile's runtime section)")
+    params = {**DEFAULTS, "measure_latency": True, **ctx.section("runtime"), **options}
+    for key in ("batch_size", "latency_runs", "threads"):
+        if int(params[key]) < 1:
+            raise RuntimeConfigError(f"runtime.{key} must be >= 1, got {params[key]}")
+    return params
+
+
+def chapter_latency(ch: Chapter, params: dict[str, Any], image_size: int, pte_sha: str,
+                    state: dict[str, Any], state_blob: bytes) -> pd.DataFrame:
+    """The chapter's .pte against the eager float model (its state_dict in a scratch file)."""
+    common = {"image_size": image_size, "warmup": int(params["latency_warmup"]),
+              "runs": int(params["latency_runs"]), "threads": int(params["threads"]),
+              "seed": int(params["latency_seed"])}
+    with tempfile.TemporaryDirectory(dir=ch.folder) as scratch:
+        state_path = Path(scratch) / "float_state.pt"
+        state_path.write_bytes(state_blob)
+        return compare_latency(
+            {**common, "kind": "pte", "path": str(ch.path(PTE)), "sha256": pte_sha},
+            {**common, "kind": "eager", "arch": state["arch"], "num_classes": int(state["num_classes"]),
+             "state_path": str(state_path)}, float(params["latency_timeout_s"]))
+
+
+def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
+    """Lower every regime's selected graph (:mod:`.regimes`); the shipped regime's record is
+    ``runtime/runtime.json`` and names the others' (``runtime/<regime>/runtime.json``).  Latency is timed
+    on the shipped ``.pte`` only: every regime has the same architecture and lowering."""
+    from ..training import regimes
+
+    params = runtime_params(ctx, **options)
+    items = regimes.of_run(ctx)
+    untimed = {**params, "measure_latency": False}
+    others = {r.name: run_regime(ctx, untimed, r) for r in items if not r.shipped}
+    return run_regime(ctx, params, regimes.shipped(items), others)
+
+
+def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
+               others: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Lower one regime's selected graph, execute the .pte from disk on the locked test, audit it, time it."""
+    from .. import ptq as quant
+    from ..core import checkpoint
+    from ..nets import predict
+    from ..split import load_frozen
+
+    at = regime.path
+    ch = Chapter(ctx.run_dir, "runtime", folder=regime.folder("runtime"))
+    frozen = load_frozen(ch)
+    ptq_record = ch.read_json(at("ptq/ptq.json"))
+    selected = ptq_record["selected_graph"]
+    with ch.native_output(at(NATIVE_LOG)):  # ExecuTorch's C++ logging goes to the log, not the book
+        program = load_program(ch.verify(at(quant.SELECTED), selected["sha256"]).read_bytes())
+        data, delegation, delegation_summary = lower(program)
+    atomic_write_bytes(ch.path(at(PTE)), data)
+    pte_sha = ch.record_output(at(PTE))
+
+    state = checkpoint.load(ch.verify(at(quant.CHECKPOINT), ptq_record["compact"]["sha256"]))
+    state_blob = state_dict_bytes(state["model"])
+    size = size_record(len(data), len(state_blob))
+
+    with ch.native_output(at(NATIVE_LOG)):
+        forward = load_verified_pte(ctx.run_dir, at(PTE))
+        batch_size = min(int(params["batch_size"]), forward.max_batch)
+        cfg = predict.PredictConfig.from_ctx(ctx, batch_size=batch_size,
+                                             progress=bool(params.get("progress")))
+        pte_test, access = quant.score_locked_test(ch, forward, pte_sha, "runtime", cfg,
+                                                  bool(params.get("test_override", False)),
+                                                  params.get("test_override_reason"), at(TEST_RECORD))
+    graph_test = ch.read_parquet(at(quant.TEST_RECORD))
+    if (graph_test["model_state"] != selected["sha256"]).any():
+        raise FingerprintMismatch(f"{at(quant.TEST_RECORD)} was not written by {at(quant.SELECTED)}; "
+                                  "rerun chapter 'ptq' (06_ptq)")
+    graph_test = quant.aligned(pte_test, graph_test, "INT8 graph vs .pte")
+    float_test = quant.float_record(ch, at(quant.FLOAT_TEST), ptq_record["compact"]["sha256"], pte_test)
+    rel_paths = frozen.rows.set_index("row_id")["rel_path"]
+    audit = disagreement_table(graph_test, pte_test, frozen.class_names, rel_paths)
+    ch.write_parquet(at(DISAGREEMENTS), audit)
+    counts = disagreement_counts(audit)
+    pte_scores, graph_scores = predict.score(pte_test), predict.score(graph_test)
+    test = {"rows": len(pte_test), "access": access, "model_state": pte_sha, "pte": pte_scores,
+            "int8_graph": graph_scores, "float": predict.score(float_test),
+            "agreement_with_int8_graph": quant.agreement(pte_test["pred"], graph_test["pred"]),
+            "agreement_with_float": quant.agreement(pte_test["pred"], float_test["pred"]),
+            "disagreements": len(audit), "disagreement_kinds": counts,
+            "median_margin_all_rows": float(graph_test["margin"].median()),
+            "median_margin_changed_rows": float(audit["graph_margin"].median()) if len(audit) else None}
+
+    latency, ratios = None, {}
+    if params["measure_latency"]:
+        latency = chapter_latency(ch, params, int(ptq_record["compact"]["image_size"]), pte_sha, state,
+                                  state_blob)
+        ratios = latency_ratios(latency)
+        ch.write_parquet(at("runtime/latency.parquet"), latency)
+        ch.save_figure(plot_latency(latency), at("runtime/latency.png"))
+    ch.write_parquet(at("runtime/delegation.parquet"), delegation)
+    for name in others or {}:
+        ch.verify(f"{FOLDER}/{name}/{FOLDER}.json")
+    figures: dict[str, Any] = {
+        "pte_mib": size["pte_mib"], "state_mib": size["state_mib"], "size_reduction": size["reduction"],
+        "test_agreement_with_int8_graph": test["agreement_with_int8_graph"],
+        "test_disagreements": len(audit),
+        **{k.replace(" ", "_").replace("-", "_"): v for k, v in counts.items()},
+        "pte_test_accuracy": pte_scores["accuracy"], "pte_test_macro_f1": pte_scores["macro_f1"]}
+    if latency is not None:
+        figures.update({"latency": at("runtime/latency.png"), "latency_p50_ratio": ratios["p50_ratio"],
+                        "memory_ratio": ratios["memory_ratio"]})
+    return ch.finish(
+        figures=figures, pte={"path": at(PTE), "sha256": pte_sha, **size}, delegation=delegation_summary,
+        selected_graph=selected, selected_candidate=ptq_record["selected"], batch_size=batch_size,
+        pte_max_batch=forward.max_batch,
+        test=test, latency=None if latency is None else latency.to_dict("records"), latency_ratios=ratios,
+        host={"cpu_count": os.cpu_count(), "platform": sys.platform, "torch": torch.__version__},
+        regime=regime.name,
+        regimes={name: {"record": f"{FOLDER}/{name}/{FOLDER}.json", "pte": other["pte"],
+                        "figures": other["figures"]} for name, other in (others or {}).items()},
+    )

@@ -1,0 +1,226 @@
+"""The frozen split as every later chapter sees it: the zero-crossings check (:class:`CrossingReport`,
+:func:`check_zero_crossings`), the integrity errors it raises, and :func:`load_frozen` /
+:func:`read_frozen`, which verify the frozen files before handing out a :class:`FrozenSplit`.
+
+The split's files are read back from disk and checked: zero groups (and zero trusted audit pairs) across
+splits, no row twice, every admitted row either split or quarantined.  ``load_frozen`` repeats the
+fingerprint and crossing checks for every later chapter.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..core.evidence import Chapter, FingerprintMismatch, sha256_file
+
+SPLITS = ("train", "val", "test")
+FROZEN_FILES = ("corpus/manifest.parquet", "corpus/class_map.json", "audit/relationships.parquet",
+                "audit/groups.parquet", "split/class_map.json", "split/split.parquet",
+                "split/quarantine.parquet")
+_WRITER = {"corpus": "corpus (01_corpus)", "audit": "audit (02_audit)", "split": "split (03_split)"}
+
+
+class SplitIntegrityError(RuntimeError):
+    """A split on disk double-books or loses rows, or disagrees with its class map."""
+
+
+class LeakageError(SplitIntegrityError):
+    """A leakage group (or a trusted audit pair) spans more than one split."""
+
+
+# --------------------------------------------------------------------------- checks
+@dataclass
+class CrossingReport:
+    """What the read-back check found; ``ok`` only when every list is empty."""
+
+    n_rows: int
+    n_groups: int
+    n_multi_row_groups: int
+    crossing_groups: list[dict[str, Any]] = field(default_factory=list)
+    crossing_pairs: list[dict[str, Any]] = field(default_factory=list)
+    trusted_pairs_checked: int = 0
+    untrusted_pairs_across: int = 0
+    duplicate_row_ids: list[str] = field(default_factory=list)
+    rows_without_group: list[str] = field(default_factory=list)
+    unaccounted_row_ids: list[str] = field(default_factory=list)
+    double_booked_row_ids: list[str] = field(default_factory=list)
+
+    @property
+    def leaks(self) -> bool:
+        return bool(self.crossing_groups or self.crossing_pairs)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.leaks or self.duplicate_row_ids or self.rows_without_group
+                    or self.unaccounted_row_ids or self.double_booked_row_ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": "zero crossings" if self.ok else "FAILED", "ok": self.ok,
+                "rows_checked": self.n_rows, "groups_checked": self.n_groups,
+                "multi_row_groups": self.n_multi_row_groups,
+                "groups_across_splits": len(self.crossing_groups),
+                "trusted_pairs_checked": self.trusted_pairs_checked,
+                "trusted_pairs_across_splits": len(self.crossing_pairs),
+                "untrusted_pairs_across_splits": self.untrusted_pairs_across,
+                "duplicate_rows": len(self.duplicate_row_ids),
+                "rows_without_group": len(self.rows_without_group),
+                "unaccounted_rows": len(self.unaccounted_row_ids),
+                "double_booked_rows": len(self.double_booked_row_ids)}
+
+    def raise_if_failed(self, source: str = "the split") -> CrossingReport:
+        if self.leaks:
+            shown = "; ".join(f"group {g['group_id']} in {'+'.join(g['splits'])} ({g['rows']} rows)"
+                              for g in self.crossing_groups[:10])
+            pairs = "; ".join(f"{p['row_id_a']} ({p['split_a']}) ~ {p['row_id_b']} ({p['split_b']})"
+                              for p in self.crossing_pairs[:5])
+            raise LeakageError(
+                f"{source} leaks: {len(self.crossing_groups)} leakage group(s) span more than one split"
+                f"{': ' + shown if shown else ''}"
+                f"{'; trusted audit pairs across splits: ' + pairs if pairs else ''}. "
+                "Rerun chapter 'split' (03_split) so whole groups are assigned together."
+            )
+        problems = {"row(s) appear twice": self.duplicate_row_ids,
+                    "split row(s) have no leakage group": self.rows_without_group,
+                    "admitted row(s) are neither split nor quarantined": self.unaccounted_row_ids,
+                    "row(s) are both split and quarantined": self.double_booked_row_ids}
+        found = [f"{len(ids)} {what} (e.g. {', '.join(map(str, ids[:5]))})"
+                 for what, ids in problems.items() if ids]
+        if found:
+            raise SplitIntegrityError(f"{source} is inconsistent: {'; '.join(found)}. "
+                                      "Rerun chapter 'split' (03_split) from the current audit.")
+        return self
+
+
+def check_zero_crossings(split_rows: pd.DataFrame, groups: pd.DataFrame,
+                         quarantined: pd.DataFrame | None = None,
+                         relationships: pd.DataFrame | None = None,
+                         raise_on_failure: bool = True) -> CrossingReport:
+    """Check a split (row_id, group_id?, split) against the audit's groups.
+
+    Groups come from ``groups`` (row_id, group_id), never from the split's own column, so a split that
+    rewrote its group ids cannot hide a crossing.  With ``quarantined`` every row of ``groups`` (the
+    audit lists every admitted row) must be split or quarantined, not both.  With ``relationships``,
+    trusted pairs whose two rows were both split must share a split.  Raises :class:`LeakageError`
+    (crossings) or :class:`SplitIntegrityError` (bookkeeping) unless ``raise_on_failure`` is False.
+    """
+    group_of = groups.drop_duplicates("row_id").set_index("row_id")["group_id"]
+    rows = split_rows[["row_id", "split"]].copy()
+    duplicates = sorted(rows.loc[rows["row_id"].duplicated(), "row_id"].unique().tolist())
+    rows["group_id"] = rows["row_id"].map(group_of)
+    no_group = sorted(rows.loc[rows["group_id"].isna(), "row_id"].tolist())
+    grouped = rows.dropna(subset=["group_id"])
+    per_group = grouped.groupby("group_id", sort=True).agg(n_splits=("split", "nunique"),
+                                                           rows=("row_id", "size"))
+    crossing = per_group[per_group["n_splits"] > 1]
+    splits_of = grouped[grouped["group_id"].isin(crossing.index)].groupby("group_id")["split"].unique()
+    report = CrossingReport(
+        n_rows=len(rows), n_groups=len(per_group), n_multi_row_groups=int((per_group["rows"] > 1).sum()),
+        crossing_groups=[{"group_id": _plain(g), "splits": sorted(splits_of[g], key=_split_order),
+                          "rows": int(r.rows)} for g, r in crossing.iterrows()],
+        duplicate_row_ids=duplicates, rows_without_group=no_group)
+    if quarantined is not None:
+        split_ids, quarantined_ids = set(rows["row_id"]), set(quarantined["row_id"])
+        report.unaccounted_row_ids = sorted(set(group_of.index) - split_ids - quarantined_ids)
+        report.double_booked_row_ids = sorted(split_ids & quarantined_ids)
+    if relationships is not None and len(relationships):
+        split_of = rows.drop_duplicates("row_id").set_index("row_id")["split"]
+        pairs = relationships.assign(split_a=relationships["row_id_a"].map(split_of),
+                                     split_b=relationships["row_id_b"].map(split_of))
+        pairs = pairs.dropna(subset=["split_a", "split_b"])
+        across = pairs["split_a"] != pairs["split_b"]
+        trusted = pairs["trusted"].astype(bool)
+        report.trusted_pairs_checked = int(trusted.sum())
+        report.untrusted_pairs_across = int((across & ~trusted).sum())
+        report.crossing_pairs = pairs.loc[across & trusted, ["row_id_a", "row_id_b", "kind", "split_a",
+                                                             "split_b"]].to_dict("records")
+    if raise_on_failure:
+        report.raise_if_failed()
+    return report
+
+
+# --------------------------------------------------------------------------- frozen split
+@dataclass
+class FrozenSplit:
+    rows: pd.DataFrame
+    class_map: dict[str, Any]
+    class_names: list[str]
+    split_json: dict[str, Any]
+    crossings: CrossingReport
+
+    def rows_for(self, split_name: str) -> pd.DataFrame:
+        """The rows of one split.  "test" rows are for counting; models read them via locked_test."""
+        if split_name not in SPLITS:
+            raise KeyError(f"unknown split {split_name!r}; expected one of {SPLITS}")
+        return self.rows[self.rows["split"] == split_name].reset_index(drop=True)
+
+
+def _verify_fingerprint(ch: Chapter, rel_path: str, recorded: str) -> None:
+    target = ch.path(rel_path)
+    try:
+        ch.verify(rel_path, recorded)
+    except FingerprintMismatch as error:
+        found = f"found {sha256_file(target)[:16]}…" if target.exists() else "the file is missing"
+        stage = rel_path.split("/")[0]
+        cause = ("the frozen split was altered after chapter 'split' wrote it" if stage == "split" else
+                 f"it changed after the split was frozen (chapter {_WRITER.get(stage, stage)} rerun, or "
+                 "the file edited)")
+        raise FingerprintMismatch(
+            f"{rel_path} does not match split/split.json: recorded SHA-256 {recorded[:16]}…, {found}; "
+            f"{cause}. Chapter '{ch.name}' refuses to run on it: rerun chapter 'split' (03_split) and every "
+            "chapter after it." + (f" Upstream: rerun {_WRITER[stage]} first if it should be remade."
+                                   if stage in ("corpus", "audit") else "")) from error
+
+
+def load_frozen(ch: Chapter) -> FrozenSplit:
+    """Verify the frozen split for chapter ``ch`` and return it.
+
+    Every fingerprint in ``split/split.json`` is re-hashed against the file on disk (a mismatch raises
+    :class:`FingerprintMismatch` naming the file) and recorded in ``ch.inputs``; zero crossings and row
+    accounting are re-checked from the files, not trusted from the record.
+    """
+    if not ch.path("split/split.json").exists():
+        raise FingerprintMismatch(f"{ch.run_dir}/split/split.json is missing: run chapter 'split' "
+                                  f"(03_split) before chapter '{ch.name}'.")
+    split_json = ch.read_json("split/split.json")
+    fingerprints = split_json.get("fingerprints", {})
+    absent = [name for name in FROZEN_FILES if name not in fingerprints]
+    if absent:
+        raise FingerprintMismatch(f"split/split.json records no fingerprint for {absent}; rerun chapter "
+                                  "'split' (03_split).")
+    for rel_path in FROZEN_FILES:
+        _verify_fingerprint(ch, rel_path, fingerprints[rel_path])
+    rows = pd.read_parquet(ch.path("split/split.parquet"))
+    class_map = ch.read_json("split/class_map.json", fingerprints["split/class_map.json"])
+    crossings = check_zero_crossings(
+        rows, pd.read_parquet(ch.path("audit/groups.parquet")),
+        quarantined=pd.read_parquet(ch.path("split/quarantine.parquet")),
+        relationships=pd.read_parquet(ch.path("audit/relationships.parquet")), raise_on_failure=False)
+    crossings.raise_if_failed("split/split.parquet")
+    class_names = [c["name"] for c in sorted(class_map["classes"], key=lambda c: c["index"])]
+    expected = rows["class_name"].map({name: i for i, name in enumerate(class_names)})
+    if expected.isna().any() or (expected != rows["label"]).any():
+        raise SplitIntegrityError("split/split.parquet labels disagree with split/class_map.json; rerun "
+                                  "chapter 'split' (03_split).")
+    return FrozenSplit(rows=rows, class_map=class_map, class_names=class_names, split_json=split_json,
+                       crossings=crossings)
+
+
+def read_frozen(run_dir: str | os.PathLike) -> tuple[FrozenSplit, dict[str, str]]:
+    """The frozen split of ``run_dir``, read back exactly as a later chapter would: fingerprints re-hashed,
+    crossings re-checked (:func:`load_frozen` for the chapter ``split``), with the SHA-256 of every file
+    that read verified (artifact → hash).  For the chapter notebook."""
+    reader = Chapter(Path(run_dir), "split")
+    return load_frozen(reader), dict(reader.inputs)
+
+
+def _split_order(name: str) -> int:
+    return SPLITS.index(name) if name in SPLITS else len(SPLITS)
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value

@@ -1,0 +1,292 @@
+"""Chapter 5: training the reference and the compact model, with every hyper-parameter on record.
+
+``run_chapter`` trains the reference, then the compact model with the reference's best checkpoint as
+teacher (unless the profile switches distillation off), resuming either from its ``last.pt`` when one
+exists; then it scores each model's best checkpoint on the validation rows and, once per model state,
+on the locked test rows (``locked_test``), and writes ``training/training.json``.
+
+The same training runs from the command line, on one process or under ``torchrun``::
+
+    python -m cropcop_utils.training --run-dir runs/default --model reference
+    torchrun --nproc_per_node=2 -m cropcop_utils.training --run-dir runs/default --model compact
+
+The configuration lives in :mod:`.settings`; the notebook's tables and sentences in :mod:`.report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..core import checkpoint as ckpt
+from ..core.config import RunContext, reopen_run
+from ..core.evidence import Chapter, sha256_file
+from ..core.imaging import ImageSpec
+from ..split import locked_test
+from . import regimes
+from .regimes import BACKGROUND_ROBUST, BASELINE, Regime
+from .report import load_histories, plot_history
+from .settings import FOLDER, MODELS, model_dir, regime_named, resolve_config
+
+
+class TrainingOrderError(RuntimeError):
+    """The compact model needs the finished reference as its teacher."""
+
+
+def robust_inputs(ctx: RunContext, frozen: Any, config: dict[str, Any],
+                  progress: bool = False) -> Any:
+    """The background-robust regime's masks, pool and paste step (made once, then reused)."""
+    from ..core.squares import SquareCache, row_paths
+    from .regimes import robust_inputs as ri
+
+    rows = frozen.rows_for("train")
+    squares = SquareCache(row_paths(rows, ctx.corpus_root), ImageSpec.from_section(ctx.section("image")).size)
+    squares.fill(progress=progress, desc="decode (masks)")
+    ch = Chapter(ctx.run_dir, FOLDER)
+    main = int(os.environ.get("RANK", "0")) == 0
+    if not main:  # under torchrun rank 0 writes the masks and the pool; the others read them
+        ri.wait_for(ctx.run_dir, ri.POOL)
+    inputs = ri.prepare(ch, rows, squares, ctx.section("training").get("background_robust") or {})
+    inputs.record["examples"] = {"path": ri.EXAMPLES, "sha256": ri.save_examples(
+        ch, inputs, squares, int(config["seed"])) if main else None}
+    inputs.record["inputs"], inputs.record["outputs"] = dict(ch.inputs), dict(ch.outputs)
+    return inputs
+
+
+def _finished(last: Path) -> bool:
+    return last.exists() and bool(ckpt.load(last)["progress"]["finished"])
+
+
+# --------------------------------------------------------------------------- one model
+def train_model(ctx: RunContext, kind: str, frozen: Any = None, progress: bool = True,
+                regime: Regime | None = None, robust: Any = None) -> dict[str, Any]:
+    """Train (or resume, or confirm finished) one model of a regime (default: the shipped one); returns
+    the trainer's summary.  ``robust`` is the background-robust regime's prepared inputs (made here when
+    that regime is asked for without them)."""
+    from ..core.distributed import DistEnv, init_distributed
+    from ..split import load_frozen
+    from .job import Job
+    from .trainer import Trainer
+
+    regime = regime or regime_named(ctx, None)
+    config = resolve_config(ctx.section("training"), kind)
+    if frozen is None:
+        frozen = load_frozen(Chapter(ctx.run_dir, FOLDER))
+    paste = None
+    if regime.name == BACKGROUND_ROBUST:
+        robust = robust or robust_inputs(ctx, frozen, config, progress)
+        paste = robust.paste
+        # the regime is part of what determines the weights: its parameters and the pool's identity
+        config["regime"] = {"name": regime.name, "params": robust.record["params"],
+                            "pool_sha256": robust.record["pool"]["sha256"],
+                            "masks_sha256": robust.record["masks"]["sha256"]}
+    device_type = "cuda" if config["device"] in ("auto", "cuda") and _cuda() else "cpu"
+    env = init_distributed(device_type) if os.environ.get("WORLD_SIZE") else DistEnv()
+    teacher_path = teacher_sha = None
+    if kind == "compact" and config["distill"]["enabled"]:
+        teacher_path = model_dir(ctx.run_dir, "reference", regime) / "best.pt"
+        teacher_last = model_dir(ctx.run_dir, "reference", regime) / "last.pt"
+        if not teacher_path.exists() or not _finished(teacher_last):
+            raise TrainingOrderError(f"the compact model learns from the finished reference, but "
+                                     f"{teacher_path} is missing or the reference has not finished; train "
+                                     "the reference first (--model reference)")
+        teacher_sha = sha256_file(teacher_path)
+    out_dir = model_dir(ctx.run_dir, kind, regime)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    job = Job(kind=kind, config=config, spec=ImageSpec.from_section(ctx.section("image")),
+              corpus_root=Path(ctx.corpus_root), train_rows=frozen.rows_for("train"),
+              val_rows=frozen.rows_for("val"), class_names=list(frozen.class_names),
+              data_fingerprints=dict(frozen.split_json["fingerprints"]), out_dir=out_dir,
+              teacher_path=teacher_path, teacher_sha256=teacher_sha, progress=progress, env=env, paste=paste)
+    return Trainer(job).fit()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# --------------------------------------------------------------------------- evaluation records
+def score_model(ctx: RunContext, ch: Chapter, frozen: Any, kind: str, config: dict[str, Any],
+                progress: bool = False, regime: Regime | None = None) -> dict[str, Any]:
+    """Val and (once per checkpoint) test predictions of a model's best checkpoint; returns the scores."""
+    from dataclasses import replace
+
+    from ..nets.models import create_model
+    from ..nets.predict import PredictConfig, predict, same_state, score
+
+    folder = (regime or Regime(BASELINE, True)).path(f"{FOLDER}/{kind}")
+    best_path = ch.path(f"{folder}/best.pt")
+    state = ckpt.load(best_path)
+    sha = sha256_file(best_path)
+    device = "cuda" if config["device"] in ("auto", "cuda") and _cuda() else "cpu"
+    model = create_model(state["arch"], int(state["num_classes"]))
+    model.load_state_dict(state["model"])
+    model.to(device)
+    cfg = PredictConfig.from_ctx(ctx, batch_size=int(config["eval_batch_size"]),
+                                 workers=int(config["workers"]), device=device, progress=progress)
+    # val: the trainer's decoded squares of the same files, when it ran in this process (data.SquareCache)
+    val = predict(model, frozen.rows_for("val"), replace(cfg, cache=True), sha, desc=f"{kind}: val")
+    ch.write_parquet(f"{folder}/predictions_val.parquet", val)
+    test_rel = f"{folder}/predictions_test.parquet"
+    if same_state(ch.path(test_rel), sha, frozen.rows_for("test")["row_id"]) and \
+            locked_test.accesses_for(ctx.run_dir, sha):
+        test = pd.read_parquet(ch.path(test_rel))  # this state already saw the test split once
+    else:
+        rows = locked_test.read_test_rows(ctx.run_dir, sha, reader=folder)
+        test = predict(model, rows, cfg, sha, desc=f"{kind}: test")
+    ch.write_parquet(test_rel, test)
+    for name in ("best.pt", "last.pt", "history.parquet"):
+        ch.record_output(f"{folder}/{name}")
+    return {"state": state, "sha256": sha, "val": score(val), "test": score(test)}
+
+
+def model_record(summary: dict[str, Any], scored: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one model in ``training.json``."""
+    state = scored["state"]
+    distill = config["distill"] if summary["kind"] == "compact" and config["distill"]["enabled"] else None
+    return {
+        "arch": state["arch"], "params": int(state["params"]), "num_classes": int(state["num_classes"]),
+        "image_size": int(state["image_size"]), "pretrained": state["pretrained"],
+        "teacher": None if distill is None else {"checkpoint_sha256": state["teacher_sha256"],
+                                                  "temperature": distill["temperature"],
+                                                  "alpha": distill["alpha"]},
+        "hyperparameters": config, "config_fingerprint": summary["config_fingerprint"],
+        "best_epoch": int(state["epoch"]), "best_weights": state["weights"],
+        "val_macro_f1": float(state["val_macro_f1"]), "val_acc": float(state["val_acc"]),
+        "val_records": scored["val"], "test_acc": scored["test"]["accuracy"],
+        "test_macro_f1": scored["test"]["macro_f1"], "test_rows": scored["test"]["n"],
+        "checkpoint_sha256": scored["sha256"], "epochs": summary["epoch"], "steps": summary["global_step"],
+        "steps_per_epoch": summary["steps_per_epoch"], "resumes": summary["resumes"],
+        "train_seconds": summary["train_seconds"], "wall_seconds": summary.get("wall_seconds"),
+        "images_per_s": summary["images_per_s"],
+        "device": summary["device"], "amp": summary["amp"], "world_size": summary["world_size"],
+    }
+
+
+# --------------------------------------------------------------------------- chapter
+def train_regime(ctx: RunContext, ch: Chapter, frozen: Any, regime: Regime,
+                 progress: bool = True) -> dict[str, Any]:
+    """Both models of one regime, trained (or resumed) and scored; returns the regime's record."""
+    robust = None
+    if regime.name == BACKGROUND_ROBUST:
+        robust = robust_inputs(ctx, frozen, resolve_config(ctx.section("training"), "reference"), progress)
+        ch.inputs.update(robust.record.pop("inputs"))
+        ch.outputs.update(robust.record.pop("outputs"))
+    models: dict[str, Any] = {}
+    for kind in MODELS:
+        config = resolve_config(ctx.section("training"), kind)
+        summary = train_model(ctx, kind, frozen=frozen, progress=progress, regime=regime, robust=robust)
+        if "regime" in summary["config"]:
+            config = {**config, "regime": summary["config"]["regime"]}
+        scored = score_model(ctx, ch, frozen, kind, config, regime=regime)
+        models[kind] = model_record(summary, scored, config)
+    if models["compact"]["teacher"]:
+        teacher = regime.path(f"{FOLDER}/reference/best.pt")
+        ch.inputs[teacher] = models["compact"]["teacher"]["checkpoint_sha256"]
+    return {"shipped": regime.shipped, "folder": regime.path(f"{FOLDER}/reference").rsplit("/", 1)[0],
+            "models": models, "background": None if robust is None else robust.record}
+
+
+def run_chapter(ctx: RunContext, progress: bool = True) -> dict[str, Any]:
+    """Train (or resume) both models of every regime, write their records and ``training/training.json``."""
+    import matplotlib.pyplot as plt
+
+    from ..split import load_frozen
+
+    ch = Chapter(ctx.run_dir, FOLDER)
+    frozen = load_frozen(ch)
+    items = regimes.of_run(ctx)
+    trained = {r.name: train_regime(ctx, ch, frozen, r, progress) for r in items}
+    shipped = regimes.shipped(items)
+    models = trained[shipped.name]["models"]
+    fig = plot_history(load_histories(ctx.run_dir, items))
+    ch.save_figure(fig, f"{FOLDER}/history.png", dpi=110)
+    plt.close(fig)
+    states = {m["checkpoint_sha256"] for entry in trained.values() for m in entry["models"].values()}
+    accesses = locked_test.read_accesses(ctx.run_dir)
+    per_regime = {f"{name}_{k}_test_macro_f1": m["test_macro_f1"] for name, entry in trained.items()
+                  for k, m in entry["models"].items()} if len(items) > 1 else {}
+    return ch.finish(
+        figures={"history": f"{FOLDER}/history.png",
+                 **{f"{k}_val_macro_f1": m["val_macro_f1"] for k, m in models.items()},
+                 **{f"{k}_test_macro_f1": m["test_macro_f1"] for k, m in models.items()}, **per_regime},
+        models=models,
+        shipped_regime=shipped.name,
+        regimes=trained,
+        attribution_penalty=penalty_decision(ctx, ch, frozen, trained),
+        selection="best epoch on validation macro-F1 (scikit-learn, classes with val rows); "
+                  "raw or EMA weights, whichever scores higher",
+        test_access=accesses[accesses["model_state"].isin(states)].to_dict("records"),
+        splits={name: len(frozen.rows_for(name)) for name in ("train", "val", "test")},
+    )
+
+
+def penalty_decision(ctx: RunContext, ch: Chapter, frozen: Any, trained: dict[str, Any]) -> dict[str, Any]:
+    """Whether the off-leaf attribution penalty runs, decided from its cost measured on this machine:
+    a plain and a penalised step of the background-robust compact model on one batch of train photos
+    with their leaf masks (:mod:`.regimes.attribution_penalty`)."""
+    import numpy as np
+    import torch
+
+    from ..core import imaging
+    from ..nets.models import create_model
+    from .regimes import attribution_penalty as penalty
+    from .regimes import robust_inputs as ri
+
+    section = ctx.section("training").get("attribution_penalty") or {}
+    robust = trained.get(BACKGROUND_ROBUST)
+    if robust is None:
+        return penalty.decide(section, None, None)
+    config = resolve_config(ctx.section("training"), "compact")
+    regime = regime_named(ctx, BACKGROUND_ROBUST)
+    state = ckpt.load(model_dir(ctx.run_dir, "compact", regime) / "best.pt")
+    model = create_model(state["arch"], int(state["num_classes"]))
+    model.load_state_dict(state["model"])
+    spec = ImageSpec.from_section(ctx.section("image"))
+    rows = frozen.rows_for("train")
+    with np.load(ch.verify(ri.MASKS)) as cached:
+        side, packed = int(cached["side"]), cached["packed"]
+    take = np.random.default_rng(int(config["seed"])).permutation(len(rows))[: int(config["batch_size"])]
+    root = Path(ctx.corpus_root)
+    images = torch.stack([imaging.to_tensor(imaging.load_array(root / rows.iloc[i]["rel_path"], spec.size),
+                                            spec.mean, spec.std) for i in take])
+    masks = torch.as_tensor(np.stack([np.unpackbits(packed[i])[: side * side].reshape(side, side)
+                                      for i in take]))
+    labels = torch.tensor(rows.iloc[take]["label"].to_numpy(), dtype=torch.long)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(config.get("threads") or threads)))
+    try:
+        cost = penalty.measure_cost(model, images, labels, masks, float(section.get("weight", 1.0)))
+    finally:
+        torch.set_num_threads(threads)
+    seconds = sum(float(m["train_seconds"] or 0.0) for m in robust["models"].values())
+    return penalty.decide(section, cost, seconds)
+
+
+# --------------------------------------------------------------------------- command line
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cropcop_utils.training",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--run-dir", required=True, help="run folder made by the earlier chapters")
+    parser.add_argument("--model", required=True, choices=MODELS)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    ctx = reopen_run(args.run_dir)
+    summary = train_model(ctx, args.model, progress=not args.no_progress)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, default=str))
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except ImportError:  # pragma: no cover - torch always ships it
+        pass
+    return 0

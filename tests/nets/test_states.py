@@ -1,0 +1,106 @@
+"""Every model state reloaded from its verified file computes what its chapter recorded."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cropcop_utils.core import config
+from cropcop_utils.core.evidence import Chapter, FingerprintMismatch
+from cropcop_utils.nets import states as state_models
+from cropcop_utils.nets.predict import logits_matrix
+
+
+@pytest.fixture(scope="module")
+def smoke_states(smoke_book, tmp_path_factory):
+    ctx = config.reopen_run(smoke_book["run_dir"])
+    ch = Chapter(ctx.run_dir, "state_models_test", folder=str(tmp_path_factory.mktemp("scratch")))
+    n_classes = len(json.loads((ctx.run_dir / "split" / "class_map.json").read_text())["classes"])
+    return ctx, ch, state_models.load_states(ch, n_classes)
+
+
+LOGIT_STEPS = 16  # largest .pte - INT8 graph logit difference allowed, in output quantisation steps
+DYNAMIC_SHARE = 0.04  # ... and, for a dynamically quantised graph, as a share of the logits' range
+
+
+def test_reloaded_states_reproduce_their_recorded_validation_logits(smoke_states):
+    ctx, ch, states = smoke_states
+    split = pd.read_parquet(ctx.run_dir / "split" / "split.parquet")
+    val = split[split["split"] == "val"].reset_index(drop=True)
+    records = state_models.score_rows(states, val, ctx.corpus_root, ctx.section("image"))
+    for kind in ("reference", "compact"):
+        recorded = pd.read_parquet(ctx.run_dir / f"training/{kind}/predictions_val.parquet")
+        recorded = recorded.set_index("row_id").loc[val["row_id"]].reset_index()
+        assert (records[kind]["model_state"] == recorded["model_state"]).all()
+        np.testing.assert_allclose(logits_matrix(records[kind]), logits_matrix(recorded), rtol=1e-4,
+                                   atol=1e-4)
+    ptq = json.loads((ctx.run_dir / "ptq" / "ptq.json").read_text())
+    graph_val = pd.read_parquet(ctx.run_dir / f"ptq/predictions_val_{ptq['selected']}.parquet")
+    graph_val = graph_val.set_index("row_id").loc[val["row_id"]].reset_index()
+    assert (records["int8"]["pred"].to_numpy() == graph_val["pred"].to_numpy()).all()
+    # The .pte runs the INT8 arithmetic through XNNPACK's kernels, whose rounding differs from the
+    # reference graph's.  A static graph's outputs lie on one grid and differ by whole output steps (12
+    # measured on the smoke model): bounded at 16 steps.  A dynamic graph quantises activations as they
+    # come and dequantises its output, so there is no grid: bounded at a share of the logits' range (1.2 %
+    # measured on the smoke model).  Only rows whose top-2 logits are within twice the bound may flip; a
+    # wrong or corrupted .pte is off by the logits' whole range.  The smoke model is barely trained: the
+    # decided rows must still be many.
+    int8_logits, pte_logits = logits_matrix(records["int8"]), logits_matrix(records["pte"])
+    selected = next(c for c in ptq["candidates"] if c["candidate"] == ptq["selected"])
+    if selected["activations"] == "static":
+        bound = LOGIT_STEPS * float(np.diff(np.unique(int8_logits)).min()) * (1 + 1e-3)
+    else:
+        bound = DYNAMIC_SHARE * float(np.ptp(int8_logits))
+    assert float(np.abs(pte_logits - int8_logits).max()) <= bound
+    top2 = np.sort(int8_logits, axis=1)[:, -2:]
+    decided = (top2[:, 1] - top2[:, 0]) > 2 * bound
+    assert decided.sum() >= 10
+    assert (pte_logits.argmax(1)[decided] == int8_logits.argmax(1)[decided]).all()
+    runtime = json.loads((ctx.run_dir / "runtime" / "runtime.json").read_text())
+    assert states["pte"].sha256 == runtime["outputs"]["runtime/model.pte"]
+
+
+def test_a_modified_state_file_is_refused_before_it_is_loaded(smoke_states, tmp_path):
+    ctx, _, _ = smoke_states
+    run = tmp_path / "run"
+    shutil.copytree(ctx.run_dir, run, ignore=shutil.ignore_patterns("synthetic"))
+    pte = run / state_models.STATE_FILES["pte"]
+    data = bytearray(pte.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pte.write_bytes(bytes(data))
+    ch = Chapter(run, "state_models_test", folder="scratch")
+    with pytest.raises(FingerprintMismatch, match="model.pte"):
+        state_models.load_state(ch, "pte", 3)
+    with pytest.raises(ValueError, match="unknown model state"):
+        state_models.load_state(ch, "fp16", 3)
+
+
+def test_a_float_checkpoint_that_does_not_fit_the_run_is_refused(tmp_path):
+    from cropcop_utils.core import checkpoint
+    from cropcop_utils.nets import models
+
+    model = models.create_model("test_resnet", 3)
+    checkpoint.save(tmp_path / "training/compact/best.pt",
+                    {"arch": "test_resnet", "num_classes": 3, "image_size": 48, "model": model.state_dict()})
+    writer = Chapter(tmp_path, "training")
+    writer.record_output("training/compact/best.pt")
+    reader = Chapter(tmp_path, "ptq")
+    loaded, state = state_models.load_float(reader, "training/compact/best.pt", 3, image_size=48)
+    assert not loaded.training and state["arch"] == "test_resnet"
+    x = np.random.default_rng(0).normal(size=(2, 3, 48, 48)).astype(np.float32)
+    import torch
+
+    with torch.no_grad():
+        assert torch.equal(loaded(torch.from_numpy(x)), model.eval()(torch.from_numpy(x)))
+    with pytest.raises(state_models.StateLoadError, match="has 3 classes, the frozen split 4"):
+        state_models.load_float(reader, "training/compact/best.pt", 4)
+    with pytest.raises(state_models.StateLoadError, match="trained at 48 px, the profile's image size is 64"):
+        state_models.load_float(reader, "training/compact/best.pt", 3, image_size=64)
+    from cropcop_utils.ptq.chapter import CheckpointMismatch, load_compact
+
+    with pytest.raises(CheckpointMismatch, match="rerun chapter 'training'"):
+        load_compact(reader, 3, 64)

@@ -1,0 +1,91 @@
+"""Chapter 6 (PTQ): calibration rows (train only) and the PT2E flow on a tiny model."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+from ptq_fixtures import ARCH, SIZE
+
+from cropcop_utils import ptq as quant
+from cropcop_utils.nets import int8_graph
+
+
+# --------------------------------------------------------------------------- calibration rows
+def _split_rows() -> pd.DataFrame:
+    parts = ["train"] * 20 + ["val"] * 5 + ["test"] * 5
+    return pd.DataFrame({"row_id": [f"r{i:02d}" for i in range(len(parts))], "split": parts})
+
+
+def test_calibration_order_is_seeded_nested_and_train_only():
+    rows = _split_rows()
+    train = rows[rows["split"] == "train"]
+    first = quant.calibration_order(train, seed=3)
+    assert list(first["row_id"]) == list(quant.calibration_order(train.iloc[::-1], seed=3)["row_id"])
+    assert list(first["row_id"]) != list(quant.calibration_order(train, seed=4)["row_id"])
+    assert set(first["row_id"]) == set(train["row_id"])
+    quant.assert_train_only(first.head(12), rows)
+    with pytest.raises(quant.CalibrationLeak, match="rows_for"):
+        quant.calibration_order(rows, seed=3)
+
+
+@pytest.mark.parametrize("intruder", ["val", "test", "absent"])
+def test_calibration_rows_from_val_test_or_nowhere_are_refused(intruder):
+    rows = _split_rows()
+    calibration = rows[rows["split"] == "train"].head(6)
+    if intruder == "absent":
+        calibration = pd.concat([calibration, pd.DataFrame({"row_id": ["nope"], "split": ["train"]})])
+    else:
+        calibration = pd.concat([calibration, rows[rows["split"] == intruder].head(1)])
+    with pytest.raises(quant.CalibrationLeak, match=intruder):
+        quant.assert_train_only(calibration, rows)
+
+
+# --------------------------------------------------------------------------- PT2E flow on a tiny model
+@pytest.fixture(scope="module")
+def tiny_model() -> torch.nn.Module:
+    from cropcop_utils.nets.models import create_model
+
+    torch.manual_seed(0)
+    return create_model(ARCH, 5).eval()
+
+
+def test_dynamic_and_static_candidates_quantise_what_the_tables_say(tiny_model):
+    example = torch.zeros(2, 3, SIZE, SIZE)
+    batches = [torch.randn(4, 3, SIZE, SIZE), torch.randn(3, 3, SIZE, SIZE)]
+    dynamic, static = quant.parse_candidates({"candidates": [
+        {"name": "d", "activations": "dynamic"},
+        {"name": "s", "activations": "static", "calibration_rows": 7}]})
+    exported = quant.export_dynamic(tiny_model, example, max_batch=8)
+    graph_d, seen_d = quant.quantise(exported, dynamic, batches, example)
+    graph_s, seen_s = quant.quantise(exported, static, batches, example)
+    assert (seen_d, seen_s) == (0, 7)
+    # The float program is left as it was (batch norm is folded in a copy), and quantising it again
+    # serialises to the same bytes: a model state's SHA-256 depends on the graph alone.
+    again, _ = quant.quantise(exported, dynamic, [], example)
+    assert quant.serialise(again, example, 8) == quant.serialise(graph_d, example, 8)
+    torch.testing.assert_close(exported.module()(example), tiny_model(example))
+    ops_d, ops_s = quant.quantised_ops(graph_d).set_index("op"), quant.quantised_ops(graph_s).set_index("op")
+    # Dynamic: int8 weights on conv/linear, never on depthwise convs, no activation op wrapped.
+    assert ops_d.loc["linear", "int8_weights"] == 1
+    assert ops_d[ops_d.index.str.startswith("conv2d depthwise")]["int8_weights"].sum() == 0
+    assert ops_d.loc["silu", "quantised"] == 0
+    # Static: every conv/linear weight int8, and activations are wrapped too.
+    convs = ops_s[ops_s.index.str.startswith(("conv2d", "linear"))]
+    assert (convs["int8_weights"] == convs["nodes"]).all()
+    assert ops_s.loc["silu", "quantised"] > 0
+    assert ops_s["int8_weight_params"].sum() > ops_d["int8_weight_params"].sum()
+    total = sum(p.numel() for n, p in tiny_model.named_parameters() if n.endswith("weight") and p.ndim > 1)
+    assert ops_s["weight_params"].sum() == total
+    stored = quant.stored_bytes(graph_d).set_index("dtype")
+    assert stored.loc["int8", "elements"] == ops_d["int8_weight_params"].sum()
+    # Serialised and loaded back, the program computes what the converted graph computes, at any batch.
+    program = int8_graph.load_program(quant.serialise(graph_s, example, max_batch=8)).module()
+    x = torch.randn(5, 3, SIZE, SIZE)
+    torch.testing.assert_close(program(x), graph_s(x))
+    assert program(x[:1]).shape == (1, 5)
+
+
+def test_export_refuses_a_batch_of_one(tiny_model):
+    with pytest.raises(ValueError, match="at least 2"):
+        quant.export_dynamic(tiny_model, torch.zeros(1, 3, SIZE, SIZE), 8)

@@ -1,0 +1,294 @@
+"""Chapter 7 (runtime): the disagreement classifier, .pte integrity, and lower + execute end to end.
+
+The end-to-end tests run chapter 7 on the tiny run folder of ``ptq_fixtures`` (chapter 6 executed on a
+briefly trained ``test_efficientnet`` at 32 px): lower the selected graph, write the .pte, load it back
+from disk after checking its SHA-256, execute it on the locked test rows, time it against the eager model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from ptq_fixtures import ptq_run  # noqa: F401  (the shared fixture: chapter 6 on the tiny run)
+
+from cropcop_utils import ptq as quant
+from cropcop_utils.core import evidence
+from cropcop_utils.nets import pte as pte_program
+from cropcop_utils.nets.int8_graph import load_program
+from cropcop_utils.runtime import chapter as runtime
+from cropcop_utils.split import locked_test
+
+
+# --------------------------------------------------------------------------- disagreement classifier
+def test_classify_disagreement_covers_the_three_kinds():
+    assert runtime.classify_disagreement(label=2, before=1, after=2) == "corrected error"
+    assert runtime.classify_disagreement(label=2, before=2, after=0) == "reversed correct"
+    assert runtime.classify_disagreement(label=2, before=1, after=0) == "wrong-to-wrong"
+    with pytest.raises(ValueError, match="not a disagreement"):
+        runtime.classify_disagreement(label=2, before=1, after=1)
+
+
+def _record(preds: list[int], labels: list[int], margins: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"row_id": [f"r{i}" for i in range(len(preds))], "label": labels, "pred": preds,
+                         "margin": margins, "model_state": "x"})
+
+
+def test_disagreement_table_lists_changed_rows_only_in_any_row_order():
+    labels = [0, 1, 2, 0, 1]
+    graph = _record([0, 0, 1, 0, 1], labels, [0.9, 0.1, 0.2, 0.8, 0.7])
+    pte = _record([0, 1, 2, 2, 1], labels, [0.9, 0.05, 0.3, 0.4, 0.7]).iloc[::-1]
+    table = runtime.disagreement_table(graph, pte, ["a", "b", "c"],
+                                       pd.Series({"r1": "x/1.jpg", "r2": "x/2.jpg", "r3": "x/3.jpg"}))
+    assert list(table["row_id"]) == ["r1", "r2", "r3"]
+    assert list(table["kind"]) == ["corrected error", "corrected error", "reversed correct"]
+    assert list(table["graph_margin"]) == [0.1, 0.2, 0.8] and list(table["pte_margin"]) == [0.05, 0.3, 0.4]
+    assert list(table["pte_pred_name"]) == ["b", "c", "c"] and list(table["rel_path"])[0] == "x/1.jpg"
+    assert runtime.disagreement_counts(table) == {"corrected error": 2, "reversed correct": 1,
+                                                  "wrong-to-wrong": 0}
+    with pytest.raises(ValueError, match="same rows"):
+        runtime.disagreement_table(graph, pte.iloc[1:], ["a", "b", "c"])
+
+
+def test_params_refuse_unknown_options(tmp_path):
+    from cropcop_utils.core import config
+
+    ctx = config.open_run(tmp_path / "run", profile="smoke")
+    with pytest.raises(runtime.RuntimeConfigError, match="not accepted"):
+        runtime.runtime_params(ctx, threads=4)
+
+
+# --------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def runtime_run(ptq_run):  # noqa: F811
+    run, ptq_record, _ = ptq_run
+    return run, ptq_record, runtime.run_chapter(run.ctx)
+
+
+@pytest.mark.slow
+def test_chapter_lowers_executes_from_disk_and_audits(runtime_run):
+    run, ptq_record, record = runtime_run
+    run_dir = run.run_dir
+    assert json.loads((run_dir / "runtime/runtime.json").read_text()) == json.loads(json.dumps(record))
+    pte = run_dir / pte_program.PTE
+    assert evidence.verify_artifact(run_dir, pte_program.PTE) == record["pte"]["sha256"]
+    # The chapter's program keeps the exported batch bound (the profile's ptq.max_batch).
+    assert pte_program.load_verified_pte(run_dir).max_batch == record["pte_max_batch"] == int(
+        run.ctx.section("ptq")["max_batch"])
+    assert record["pte"]["pte_bytes"] == pte.stat().st_size
+    assert record["pte"]["pte_mib"] == pytest.approx(pte.stat().st_size / 2**20)
+    state = torch.load(run_dir / quant.CHECKPOINT, weights_only=True)["model"]
+    assert record["pte"]["state_bytes"] == len(runtime.state_dict_bytes(state))
+    assert record["pte"]["ratio"] == pytest.approx(pte.stat().st_size / record["pte"]["state_bytes"])
+    delegation = pd.read_parquet(run_dir / "runtime/delegation.parquet")
+    assert delegation["delegated"].sum() == record["delegation"]["delegated_nodes"] > 0
+    # A new record for the .pte, read through the locked test under the .pte's own SHA-256.
+    test = pd.read_parquet(run_dir / runtime.TEST_RECORD)
+    assert len(test) == 12 and (test["model_state"] == record["pte"]["sha256"]).all()
+    accesses = locked_test.read_accesses(run_dir)
+    assert list(accesses["reader"]) == ["training/compact", "ptq", "runtime"]
+    graph = pd.read_parquet(run_dir / quant.TEST_RECORD)
+    merged = graph.merge(test, on="row_id", suffixes=("_graph", "_pte"))
+    changed = merged[merged["pred_graph"] != merged["pred_pte"]]
+    audit = pd.read_parquet(run_dir / runtime.DISAGREEMENTS)
+    assert len(audit) == len(changed) == record["test"]["disagreements"]
+    assert set(audit["row_id"]) == set(changed["row_id"])
+    assert record["test"]["agreement_with_int8_graph"] == pytest.approx(1 - len(changed) / 12)
+    # Latency and memory: both models measured in their own subprocess.
+    latency = pd.read_parquet(run_dir / "runtime/latency.parquet").set_index("kind")
+    assert set(latency.index) == {"pte", "eager"}
+    assert (latency["p50_ms"] > 0).all() and (latency["p95_ms"] >= latency["p50_ms"]).all()
+    assert (latency["peak_rss_mib"] >= latency["rss_before_load_mib"]).all()
+    assert record["latency_ratios"]["p50_ratio"] == pytest.approx(
+        latency.loc["pte", "p50_ms"] / latency.loc["eager", "p50_ms"])
+
+
+# A statically quantised graph ends in an int8 output quantiser (scale s, from calibration), and so does
+# its .pte: their logits lie on one grid and differ by whole steps of s.  XNNPACK requantises every layer
+# with fixed-point multipliers where the reference decomposition rounds in float (round half to even), so
+# an activation can land one int8 step away and a few such steps can reach the logits.  The tolerance is
+# LOGIT_STEPS output steps: relative to the output's int8 range (255 steps of s), 8 / 255 = 3.1 %,
+# whatever the logits' scale.
+LOGIT_STEPS = 8
+
+
+def _output_scale(program: torch.fx.GraphModule) -> float:
+    """The scale of the int8 quantiser the graph's logits come out of (its last dequantize)."""
+    output = next(node for node in program.graph.nodes if node.op == "output")
+    (logits,) = output.args[0]
+    assert str(logits.target).startswith("quantized_decomposed.dequantize_per_tensor"), logits.target
+    return float(logits.args[1])
+
+
+@pytest.fixture(scope="module")
+def static_pte(ptq_run):  # noqa: F811
+    """The tiny run's trained compact model, statically quantised (train rows calibrate), as graph + .pte.
+
+    Static, whichever candidate chapter 6 selected (a macro-F1 tie goes to the dynamic one, whose float
+    logits have no output grid to count steps on); exported with the profile's batch bound, as chapter 6
+    does, and lowered with chapter 7's :func:`runtime.lower`.
+    """
+    from cropcop_utils.core.imaging import ImageSpec
+    from cropcop_utils.nets.models import create_model
+
+    run, _, _ = ptq_run
+    state = torch.load(run.run_dir / quant.CHECKPOINT, weights_only=True)
+    model = create_model(state["arch"], int(state["num_classes"]))
+    model.load_state_dict(state["model"])
+    model.eval()
+    max_batch = int(run.ctx.section("ptq")["max_batch"])
+    spec = ImageSpec.from_section(run.ctx.section("image"))
+    example = torch.zeros((2, 3, spec.size, spec.size))
+    train = run.rows[run.rows["split"] == "train"]
+    (candidate,) = quant.parse_candidates({"candidates": [
+        {"name": "static", "activations": "static", "calibration_rows": len(train)}]})
+    graph, _ = quant.quantise(quant.export_dynamic(model, example, max_batch), candidate,
+                              quant.image_batches(train, run.ctx.corpus_root, spec, 8), example)
+    blob = quant.serialise(graph, example, max_batch)
+    program = load_program(blob).module()
+    data, _, _ = runtime.lower(load_program(blob))
+    # Real images under the loading contract: train and val rows (the locked test split stays locked).
+    rows = run.rows[run.rows["split"] != "test"].reset_index(drop=True)
+    (x,) = quant.image_batches(rows, run.ctx.corpus_root, spec, batch_size=len(rows))
+    labels = torch.as_tensor(rows["label"].to_numpy().copy())
+    return pte_program.PteForward(data, evidence.sha256_bytes(data)), program, x, labels, max_batch
+
+
+@pytest.mark.slow
+def test_the_pte_computes_what_the_int8_graph_computes_at_any_batch(static_pte):
+    forward, program, x, labels, max_batch = static_pte
+    # The program keeps the exported batch bound (the profile's ptq.max_batch), batch 1 included.
+    assert forward.max_batch == max_batch and len(x) >= max_batch
+    scale = _output_scale(program)
+    tolerance = LOGIT_STEPS * scale
+    # Real logits, not an untrained model's: the graph decides these images, with margins far above the
+    # tolerance (an untrained model's near-equal logits would make the comparison below vacuous).
+    full = torch.cat([program(chunk) for chunk in x.split(max_batch)])  # no call above the batch bound
+    assert float((full.argmax(1) == labels).float().mean()) >= 0.9
+    worst = 0.0
+    for batch in sorted({1, 2, 7, 16, max_batch}):
+        out, want = forward(x[:batch]), program(x[:batch])
+        assert out.shape == want.shape == (batch, full.shape[1])
+        steps = (out - want) / scale
+        assert torch.allclose(steps, steps.round(), atol=1e-3), "the .pte's logits are off the int8 grid"
+        worst = max(worst, float(steps.round().abs().max()))  # whole steps (the grid is checked above)
+        assert worst <= LOGIT_STEPS, (batch, worst)
+        # Top-1: a row whose margin exceeds twice the tolerance cannot swap its decision within it, and
+        # those rows must be (nearly) all of them, else the agreement proves nothing.
+        top2 = want.topk(2, dim=1).values
+        decided = (top2[:, 0] - top2[:, 1]) > 2 * tolerance
+        assert float(decided.float().mean()) >= 0.9, float(decided.float().mean())
+        assert torch.equal(out.argmax(1)[decided], want.argmax(1)[decided]), batch
+    print(f"largest .pte - graph logit difference: {worst:.0f} output step(s) of {scale:.4g}")
+
+
+def _tampered_copy(run_dir, tmp_path, name: str):
+    """A copy of the run folder, and the .pte's digest as the registry recorded it (before any change)."""
+    copy_dir = tmp_path / name
+    shutil.copytree(run_dir, copy_dir)
+    recorded = json.loads((copy_dir / "registry.json").read_text())["artifacts"][pte_program.PTE]["sha256"]
+    return copy_dir, copy_dir / pte_program.PTE, recorded
+
+
+@pytest.mark.slow
+def test_a_correct_pte_with_a_wrong_expected_digest_is_refused(runtime_run, tmp_path):
+    run, _, record = runtime_run
+    copy_dir, pte, recorded = _tampered_copy(run.run_dir, tmp_path, "wrong_digest")
+    # The file is the one the chapter wrote, and with its own digest it loads and runs (the control).
+    assert recorded == record["pte"]["sha256"] == evidence.sha256_file(pte)
+    assert pte_program.load_verified_pte(copy_dir).sha256 == recorded
+    assert pte_program.verified_pte_bytes(pte, recorded) == pte.read_bytes()
+    # One change: the expected digest (a real SHA-256, of other bytes); the file is untouched.
+    wrong = evidence.sha256_bytes(pte.read_bytes() + b"\0")
+    with pytest.raises(pte_program.PteIntegrityError, match="modified after it was written"):
+        pte_program.verified_pte_bytes(pte, wrong)
+    registry = json.loads((copy_dir / "registry.json").read_text())
+    registry["artifacts"][pte_program.PTE]["sha256"] = wrong
+    (copy_dir / "registry.json").write_text(json.dumps(registry))
+    with pytest.raises(pte_program.PteIntegrityError, match="modified after it was written"):
+        pte_program.load_verified_pte(copy_dir)
+    assert evidence.sha256_file(pte) == recorded  # still the correct file: the digest alone was refused
+
+
+@pytest.mark.slow
+def test_a_tampered_pte_with_its_recorded_digest_is_refused(runtime_run, tmp_path):
+    run, _, record = runtime_run
+    copy_dir, pte, recorded = _tampered_copy(run.run_dir, tmp_path, "tampered")
+    assert recorded == record["pte"]["sha256"] == evidence.sha256_file(pte)  # taken before tampering
+    registry_before = (copy_dir / "registry.json").read_bytes()
+    # One change: a byte of the file; the expected digest stays the one recorded when it was written.
+    data = bytearray(pte.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pte.write_bytes(bytes(data))
+    assert evidence.sha256_file(pte) != recorded
+    with pytest.raises(pte_program.PteIntegrityError, match="modified after it was written"):
+        pte_program.load_verified_pte(copy_dir)
+    # The latency worker's check, handed the recorded digest (never one hashed from the tampered file).
+    with pytest.raises(pte_program.PteIntegrityError, match="modified after it was written"):
+        pte_program.verified_pte_bytes(pte, recorded)
+    assert (copy_dir / "registry.json").read_bytes() == registry_before
+    # Restoring the byte restores the file: the refusal was the tampering and nothing else.
+    data[len(data) // 2] ^= 0xFF
+    pte.write_bytes(bytes(data))
+    assert pte_program.load_verified_pte(copy_dir).sha256 == recorded
+
+
+@pytest.mark.slow
+def test_a_pte_missing_from_the_registry_is_refused(runtime_run, tmp_path):
+    run, _, _ = runtime_run
+    copy_dir, pte, _ = _tampered_copy(run.run_dir, tmp_path, "unregistered")
+    registry = json.loads((copy_dir / "registry.json").read_text())
+    del registry["artifacts"][pte_program.PTE]
+    (copy_dir / "registry.json").write_text(json.dumps(registry))
+    with pytest.raises(pte_program.PteIntegrityError, match="not in"):
+        pte_program.load_verified_pte(copy_dir)
+
+
+def test_latency_ratios_and_plot():
+    table = pd.DataFrame([
+        {"model": ".pte", "kind": "pte", "p50_ms": 2.0, "p95_ms": 3.0, "peak_above_baseline_mib": 10.0},
+        {"model": "eager", "kind": "eager", "p50_ms": 4.0, "p95_ms": 5.0, "peak_above_baseline_mib": 40.0}])
+    assert runtime.latency_ratios(table) == {"p50_ratio": 0.5, "p95_ratio": 0.6, "memory_ratio": 0.25}
+    fig = runtime.plot_latency(table)
+    assert len(fig.axes) == 2
+    assert np.allclose([p.get_width() for p in fig.axes[1].patches], [10.0, 40.0])
+
+
+@pytest.mark.slow
+def test_notebook_runs_headless(smoke_book):
+    from pathlib import Path
+
+    run_dir = Path(smoke_book["run_dir"])
+    record = json.loads((run_dir / "runtime/runtime.json").read_text())
+    assert evidence.verify_artifact(run_dir, pte_program.PTE) == record["pte"]["sha256"]
+    assert record["test"]["rows"] == len(pd.read_parquet(run_dir / runtime.TEST_RECORD))
+    text = (smoke_book["book_dir"] / "07_runtime.ipynb").read_text()
+    assert "Traceback" not in text and "rows decided differently" in text
+
+
+@pytest.mark.slow
+def test_every_default_candidate_lowers_to_a_pte_that_runs_the_default_compact_model():
+    # The default compact model is a TF-padded EfficientNet-Lite; XNNPACK could not run its dynamically
+    # quantised .pte at all (tomato run, chapter 7), so every declared default candidate must give a
+    # program that executes at batch 1 and above.
+    from cropcop_utils.core import config
+    from cropcop_utils.nets.models import create_model
+
+    profile = config.load_profile("default")
+    arch = profile["training"]["compact"]["arch"]
+    model = create_model(arch, 3).eval()
+    example, max_batch = torch.zeros((2, 3, 64, 64)), 4
+    exported = quant.export_dynamic(model, example, max_batch)
+    calibration = [torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))]
+    # Candidates that differ only in their calibration rows lower to the same operators: one each.
+    configurations = {(c.activations, c.per_channel): c for c in quant.parse_candidates(profile["ptq"])}
+    for candidate in configurations.values():
+        graph, _ = quant.quantise(exported, candidate, calibration, example)
+        data, _, _ = runtime.lower(load_program(quant.serialise(graph, example, max_batch)))
+        forward = pte_program.PteForward(data, evidence.sha256_bytes(data))
+        for batch in (1, 3):
+            assert forward(calibration[0][:batch]).shape == (batch, 3), (candidate.name, batch)

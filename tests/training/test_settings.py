@@ -1,0 +1,39 @@
+"""Chapter 5's configuration: every profile resolves, and bad ``training`` sections are refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from cropcop_utils.core import config
+from cropcop_utils.training import settings as train
+
+
+def test_profiles_resolve_and_bad_training_sections_are_refused():
+    for name in config.available_profiles():
+        section = config.load_profile(name)["training"]
+        assert {train.resolve_config(section, kind)["arch"] for kind in train.MODELS}
+    paper = config.load_profile("paper")
+    assert train.resolve_config(paper["training"], "reference")["arch"] == "convnext_tiny"
+    assert train.resolve_config(paper["training"], "compact")["arch"] == "mobilenetv4_conv_medium"
+    assert paper["image"]["size"] == 256
+    default = config.load_profile("default")
+    pair = {kind: train.resolve_config(default["training"], kind) for kind in train.MODELS}
+    assert {k: (c["arch"], c["weights"]) for k, c in pair.items()} == {
+        "reference": ("tf_efficientnet_lite1", "package"), "compact": ("tf_efficientnet_lite0", "package")}
+    assert default["image"]["size"] >= 128
+    smoke = config.load_profile("smoke")["training"]
+    assert all(train.resolve_config(smoke, kind)["weights"] is None for kind in train.MODELS)
+    with pytest.raises(train.TrainingConfigError, match="no packaged ImageNet weights"):
+        train.resolve_config({"reference_weights": "package", "reference": {"arch": "resnet10t"}},
+                             "reference")
+    with pytest.raises(train.TrainingConfigError, match="learning_rate"):
+        train.resolve_config({"reference": {"arch": "resnet10t", "learning_rate": 1}}, "reference")
+    with pytest.raises(train.TrainingConfigError, match="no teacher"):
+        train.resolve_config({"reference": {"arch": "resnet10t", "distill": {"enabled": True}}}, "reference")
+    with pytest.raises(train.TrainingConfigError, match="imbalance"):
+        train.resolve_config({"imbalance": "oversample", "compact": {"arch": "resnet10t"}}, "compact")
+
+
+def test_raw_eval_must_be_final_or_every():
+    with pytest.raises(train.TrainingConfigError, match="raw_eval"):
+        train.resolve_config({"raw_eval": "sometimes", "reference": {"arch": "test_resnet"}}, "reference")

@@ -1,0 +1,49 @@
+"""The training loop on a tiny run: a DataLoader worker changes nothing, the raw weights are scored as set."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from train_fixtures import build_run
+
+from cropcop_utils.core import checkpoint as ckpt
+from cropcop_utils.training import chapter as train
+
+
+def test_a_dataloader_worker_distils_the_same_compact_model(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    ctx = build_run(tmp_path, "teacher")  # tiny models, workers 0: augmentation in the training process
+    train.train_model(ctx, "reference", progress=False)
+    compact = ctx.run_dir / "training/compact/last.pt"
+    train.train_model(ctx, "compact", progress=False)
+    in_process = ckpt.load(compact)
+    shutil.rmtree(compact.parent)
+    resolve = train.resolve_config
+    monkeypatch.setattr(train, "resolve_config",
+                        lambda section, kind: {**resolve(section, kind), "workers": 1})
+    train.train_model(ctx, "compact", progress=False)
+    with_worker = ckpt.load(compact)
+    for part in ("model", "ema"):
+        for key, value in in_process[part].items():
+            assert torch.equal(value, with_worker[part][key]), f"{part}.{key} differs (with a worker)"
+
+
+@pytest.mark.parametrize("raw_eval", ["final", "every"])
+def test_with_an_ema_the_raw_weights_are_scored_when_raw_eval_says(tmp_path, raw_eval):
+    import pandas as pd
+    from train_fixtures import TINY_TRAINING
+
+    torch.set_num_threads(1)
+    ctx = build_run(tmp_path, "raw", training={**TINY_TRAINING, "raw_eval": raw_eval})
+    train.train_model(ctx, "reference", progress=False)
+    history = pd.read_parquet(ctx.run_dir / "training/reference/history.parquet")
+    assert history["val_macro_f1_ema"].notna().all()
+    scored = history["val_macro_f1"].notna().tolist()
+    assert scored == ([False, True] if raw_eval == "final" else [True, True])
+    last = history.iloc[-1]
+    best = ckpt.load(ctx.run_dir / "training/reference/best.pt")
+    assert best["weights"] in ("raw", "ema")
+    if last["best"]:
+        assert best["weights"] == last["selected"]
