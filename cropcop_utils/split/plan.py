@@ -114,6 +114,11 @@ def plan_split(rows: pd.DataFrame, fractions: dict[str, float], seed: int,
     if n_groups < n_folds:
         raise SplitInputError(f"only {n_groups} leakage groups remain for a {n_folds}-fold grouped split "
                               f"({fractions}); the corpus is too small for these fractions.")
+    largest = int(live["group_id"].map(majority_class(live)).value_counts().max()) if len(live) else 0
+    if largest < n_folds:  # sklearn's stratified folds need one class with a row in every fold
+        raise SplitInputError(f"every class has fewer than {n_folds} images (the largest: {largest}), the "
+                              f"folds a {fractions} split is cut from; the corpus (or its sample, "
+                              "corpus.sample_fraction) is too small for these fractions.")
     fold = _fold_of_rows(live, n_folds, seed)
     classes = sorted(live["class_name"].unique())
     counts = pd.crosstab(fold, live["class_name"]).reindex(index=range(n_folds), columns=classes,

@@ -50,3 +50,15 @@ def test_folds_for_expresses_fractions():
         split.parse_fractions({"train": 0.7, "val": 0.2, "test": 0.2})
     with pytest.raises(split.SplitInputError, match="train, val and test"):
         split.parse_fractions({"train": 0.8, "test": 0.2})
+
+
+def test_a_corpus_too_small_for_the_folds_gets_a_clear_error():
+    # 4 classes x 12 one-image groups: enough groups (48 >= 20) but no class fills 20 folds (a 5 % sample
+    # of the 1,000-file apple corpus); sklearn's own error would name none of it.
+    rows = pd.DataFrame({"row_id": [f"r{i:02d}" for i in range(48)],
+                         "class_name": [f"c{i % 4}" for i in range(48)], "group_id": range(48)})
+    with pytest.raises(split.SplitInputError, match=r"fewer than 20 images \(the largest: 12\)"):
+        split.plan_split(rows, TARGET, seed=0)
+    bigger = pd.DataFrame({"row_id": [f"r{i:02d}" for i in range(80)],
+                           "class_name": [f"c{i % 4}" for i in range(80)], "group_id": range(80)})
+    assert len(split.plan_split(bigger, TARGET, seed=0).assignment) == 80
