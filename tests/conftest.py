@@ -1,5 +1,7 @@
 """Shared fixtures. The whole book runs once per session on the smoke profile, on the synthetic corpus
-(``smoke_book``) and on a content-hash sample of the real tomato corpus (``tomato_smoke_book``)."""
+(``smoke_book``), on a content-hash sample of the real tomato corpus (``tomato_smoke_book``) and on a
+sample of the real apple corpus with a sample of its real orchard field cohort
+(``apple_field_smoke_book``)."""
 
 from __future__ import annotations
 
@@ -8,18 +10,20 @@ from pathlib import Path
 
 import pytest
 
-TOMATO = Path(__file__).resolve().parents[2] / "shared" / "data" / "plantvillage-tomato"
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TOMATO = SHARED_DATA / "plantvillage-tomato"
+APPLE, FIELD_APPLE = SHARED_DATA / "plantvillage-apple", SHARED_DATA / "field-apple"
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-BOOK_FIXTURES = ("smoke_book", "tomato_smoke_book")
+BOOK_FIXTURES = ("smoke_book", "tomato_smoke_book", "apple_field_smoke_book")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     """``make test`` spreads the suite over the cores (pytest-xdist, ``--dist loadgroup``).  Each worker
     builds its own session fixtures, so every test that reads one smoke book is sent to one worker:
-    each book runs once, and the two books run side by side."""
+    each book runs once, and the books run side by side."""
     for item in items:
         books = [name for name in BOOK_FIXTURES if name in item.fixturenames]
         if books:
@@ -60,3 +64,28 @@ def tomato_smoke_book(tmp_path_factory, tomato_root):
     lines: list[str] = []
     result = run_book(base / "run", profile="smoke_real", data=str(tomato_root), html=True, log=lines.append)
     return {**result, "log": lines, "stale_figure": stale}
+
+
+@pytest.fixture(scope="session")
+def apple_field_roots() -> tuple[Path, Path]:
+    """The real apple lab corpus and its real orchard field cohort (skips when either is absent)."""
+    for path in (APPLE, FIELD_APPLE):
+        if not path.is_dir():
+            pytest.skip(f"real apple data not present at {path}")
+    return APPLE, FIELD_APPLE
+
+
+@pytest.fixture(scope="session")
+def apple_field_smoke_book(tmp_path_factory, apple_field_roots):
+    """The whole chain on the real PlantVillage apple corpus with ``--field`` the real orchard photos, both
+    read in place: the smoke_field profile keeps a content-hash sample of each (``corpus.sample_fraction``,
+    ``field_transfer.sample_fraction``), so chapters 10 and 11 run on real field photographs.  Executed
+    headless, not rendered (the two other books test the render)."""
+    from cropcop_utils.book import run_book
+
+    lab, orchard = apple_field_roots
+    base = tmp_path_factory.mktemp("apple_field_smoke_book")
+    lines: list[str] = []
+    result = run_book(base / "run", profile="smoke_field", data=str(lab), field=str(orchard), html=False,
+                      log=lines.append)
+    return {**result, "log": lines, "field_root": orchard}

@@ -3,7 +3,10 @@
 The explorer notebook is copied with its parameters injected (papermill's prepare-only mode: nothing
 executes) into a temporary folder, so a reader never edits a cell to point it at a run; Voilà executes
 that copy in a fresh kernel for each page load and shows only its outputs and widgets.  The server
-listens on 127.0.0.1 only, its cells run under a time limit, and :func:`serving` always stops it.
+listens on 127.0.0.1 only, its cells run under a time limit, and :func:`serving` always stops it: with
+SIGTERM, on which Voilà shuts its kernels down and removes its connection files.  Voilà ignores a closed
+terminal's SIGHUP (this process, which gets it too, stops Voilà as above) and, on Linux, gets SIGTERM if
+this process dies first (``PR_SET_PDEATHSIG``), so no server or kernel outlives the app.
 """
 
 from __future__ import annotations
@@ -79,6 +82,22 @@ def _wait_listening(process: subprocess.Popen, port: int, timeout_s: float) -> N
     raise TimeoutError(f"Voilà did not listen on {HOST}:{port} within {timeout_s:.0f} s")
 
 
+def _server_preexec() -> Callable[[], None]:
+    """What Voilà's process does between fork and exec (Linux: see the module docstring)."""
+    prctl = None
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: no imports after the fork
+
+    def preexec() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # kept across exec; this process stops Voilà instead
+        if prctl is not None:
+            prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG: SIGTERM when the launcher dies
+
+    return preexec
+
+
 def _stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()  # Voilà shuts its kernels down on SIGTERM
@@ -110,7 +129,8 @@ def serving(run_dir: str | os.PathLike, port: int | None = None, state: str | No
         notebook = prepare(run_dir, folder, state, max_images)
         log = open(log_path, "ab") if log_path else None  # noqa: SIM115 (closed in finally)
         process = subprocess.Popen(voila_command(notebook, port), cwd=folder, stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=subprocess.STDOUT if log else None)
+                                   stdout=log, stderr=subprocess.STDOUT if log else None,
+                                   preexec_fn=_server_preexec() if os.name == "posix" else None)
         try:
             _wait_listening(process, port, start_timeout_s)
             yield Server(url=f"http://{HOST}:{port}/", process=process, notebook=notebook)
@@ -120,11 +140,18 @@ def serving(run_dir: str | os.PathLike, port: int | None = None, state: str | No
                 log.close()
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)  # the URL line must reach a pipe (`make explore | tee`, a test) at once
+
+
 def serve(run_dir: str | os.PathLike, port: int | None = None, state: str | None = None, max_images: int = 12,
-          say: Callable[[str], None] = print) -> int:
-    """The ``explore`` command: serve until Ctrl-C, SIGTERM or Voilà's own exit, then stop Voilà."""
-    # SIGTERM (a `kill`, a closed session) unwinds like Ctrl-C, so `serving` still stops the server
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+          say: Callable[[str], None] = _say) -> int:
+    """The ``explore`` command: serve until Ctrl-C, SIGTERM, SIGHUP or Voilà's own exit, then stop Voilà."""
+    # SIGTERM (a `kill`) and SIGHUP (a closed terminal) unwind like Ctrl-C, so `serving` still stops the
+    # server and removes the notebook's temporary folder
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), lambda *_: sys.exit(0))
     with serving(run_dir, port, state, max_images) as server:
         say(f"Error explorer on {Path(run_dir).resolve()}: open {server.url} (Ctrl-C stops it)")
         try:

@@ -7,7 +7,7 @@ Layout (``--field PATH``)::
     PATH/masks/<lab class>/<stem>.png   optional: the leaf's true mask (white = leaf) of <class>/<stem>.*
 
 Every file under ``PATH`` except ``labels.csv`` and ``masks/`` is *seen* and ends in exactly one of
-three places, so ``files_seen == admitted + quarantined + left_out``:
+four places, so ``files_seen == admitted + quarantined + left_out + not_sampled``:
 
 * **quarantined** — the corpus chapter's file checks and reasons (:mod:`cropcop_utils.corpus`:
   ``os_junk``, ``hidden``, ``outside_layout``, ``zero_byte``, ``not_an_image``, ``decompression_bomb``,
@@ -16,6 +16,11 @@ three places, so ``files_seen == admitted + quarantined + left_out``:
 * **left out** — a file in a class folder with no lab counterpart (``no_lab_class``); such folders are
   listed in ``unmatched_classes``.
 * **admitted** — a row of ``rows`` with its lab label.
+* **not sampled** — only with ``field_transfer.sample_fraction`` (a real cohort; the synthetic one is
+  generated at the profile's size and never sampled): the file's content SHA-256 falls outside the
+  fraction, by the corpus chapter's rule (:func:`cropcop_utils.corpus.in_sample`), so byte-identical
+  copies are kept or dropped together and the same files are kept on every run.  Each is listed, with
+  its hash, in ``not_sampled`` (``field/not_sampled.parquet``).
 
 Lab classes with no admitted field image are ``untested_classes``: nothing is known about them outside
 the lab.  ``source_label`` keeps the source's own label (``labels.csv``), so a class mapped by symptom
@@ -35,6 +40,7 @@ import pandas as pd
 from .. import corpus
 from ..core.config import SYNTHETIC
 from ..core.evidence import row_id as make_row_id
+from ..corpus.scan import sample_entries
 
 LABELS_NAME = "labels.csv"
 MASKS_DIR = "masks"
@@ -46,6 +52,14 @@ ROW_COLUMNS = ["row_id", "rel_path", "class_name", "label", "source_label", "mas
                "sha256", "width", "height"]
 QUARANTINE_COLUMNS = ["row_id", "rel_path", "class_name", "reason", "detail"]
 LEFT_OUT_COLUMNS = ["rel_path", "class_name", "reason"]
+NOT_SAMPLED_COLUMNS = ["row_id", "rel_path", "class_name", "bytes", "sha256"]
+NOT_SAMPLED = "field/not_sampled.parquet"
+SAMPLE_KEY = "field_transfer.sample_fraction"
+SAMPLE_RULE = "content SHA-256 / 2**256 < fraction"
+
+
+class FieldSampleError(ValueError):
+    """``field_transfer.sample_fraction`` is not a number in (0, 1] or null."""
 
 
 @dataclass
@@ -59,6 +73,7 @@ class FieldScan:
     unmatched_classes: list[str]
     untested_classes: list[str]
     summary: dict[str, Any] = field(default_factory=dict)
+    not_sampled: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=NOT_SAMPLED_COLUMNS))
 
 
 def field_root(ctx: Any) -> Path | None:
@@ -73,6 +88,23 @@ def field_root(ctx: Any) -> Path | None:
     if not root.is_dir():
         raise FileNotFoundError(f"field cohort folder {root} does not exist")
     return root
+
+
+def check_fraction(fraction: Any) -> float | None:
+    """``field_transfer.sample_fraction`` as a float, or None (the whole cohort); refuses anything else."""
+    if fraction is None:
+        return None
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise FieldSampleError(f"{SAMPLE_KEY} must be in (0, 1] or null, got {fraction!r}")
+    return float(fraction)
+
+
+def sample_fraction(ctx: Any) -> float | None:
+    """The run's field sample fraction: the profile's ``field_transfer.sample_fraction`` for a real
+    cohort; None for the synthetic one (generated at the profile's size, never sampled, like the
+    synthetic corpus)."""
+    fraction = check_fraction(ctx.section("field_transfer").get("sample_fraction"))
+    return None if ctx.field == SYNTHETIC else fraction
 
 
 def field_row_id(rel_path: str) -> str:
@@ -124,17 +156,26 @@ def scan_field(
     max_image_pixels: int | None = None,
     workers: int | None = 1,
     progress: bool = False,
+    sample_fraction: float | None = None,
 ) -> FieldScan:
-    """Scan every file of a field cohort and match its class folders to ``lab_classes`` (label = index).
+    """Scan every file of a field cohort (or its content-hash ``sample_fraction``) and match its class
+    folders to ``lab_classes`` (label = index).
 
-    Raises :class:`cropcop_utils.corpus.CorpusLayoutError` when the folder holds no image at
-    ``<class>/<image>`` and ``ValueError`` for an unreadable ``labels.csv``.
+    Raises :class:`FieldSampleError` for a fraction outside (0, 1],
+    :class:`cropcop_utils.corpus.CorpusLayoutError` when the folder holds no image at ``<class>/<image>``
+    and ``ValueError`` for an unreadable ``labels.csv``.
     """
     root = Path(root).resolve()
     if not root.is_dir():
         raise corpus.CorpusLayoutError(f"field cohort folder {root} does not exist or is not a folder")
     entries, empty = corpus.list_files(root, corpus.Layout("flat"))
-    entries = [e for e in entries if not _is_metadata(e.rel_path)]
+    fraction = check_fraction(sample_fraction)
+    seen = [e for e in entries if not _is_metadata(e.rel_path)]
+    # the corpus chapter's content-hash rule; files outside the layout are kept (they are quarantined)
+    entries, dropped = sample_entries(root, seen, fraction, keep_cross_split_copies=False)
+    not_sampled = pd.DataFrame({"row_id": [field_row_id(r) for r in dropped["rel_path"]],
+                                **{c: dropped[c].tolist() for c in NOT_SAMPLED_COLUMNS[1:]}},
+                               columns=NOT_SAMPLED_COLUMNS).sort_values("rel_path").reset_index(drop=True)
     probes = corpus.probe_all(root, [e.rel_path for e in entries], max_image_pixels, workers, progress)
     labels = read_labels(root)
     listed = {} if labels is None else {r.path: r for r in labels.itertuples(index=False)}
@@ -169,22 +210,26 @@ def scan_field(
     frame["mask_rel_path"] = frame["mask_rel_path"].astype(object).where(frame["mask_rel_path"].notna(), None)
     quarantine = pd.DataFrame(quarantined, columns=QUARANTINE_COLUMNS).sort_values("rel_path")
     left = pd.DataFrame(left_out, columns=LEFT_OUT_COLUMNS).sort_values("rel_path")
-    folders = {e.class_name for e in entries if e.class_name is not None} | {
+    folders = {e.class_name for e in seen if e.class_name is not None} | {
         Path(e).name for e in empty if Path(e).name != MASKS_DIR}
     unmatched = sorted(folders - set(index))
     untested = [c for c in lab_classes if c not in set(frame["class_name"])]
-    seen_paths = {e.rel_path for e in entries}
-    seen_keys = {f"{e.class_name}/{Path(e.rel_path).stem}" for e in entries}
+    seen_paths = {e.rel_path for e in seen}
+    seen_keys = {f"{e.class_name}/{Path(e.rel_path).stem}" for e in seen}
     reasons = Counter(quarantine["reason"])
     per_source: dict[str, dict[str, int]] = {}
     for (cls, source), n in frame.groupby(["class_name", "source_label"]).size().items():
         per_source.setdefault(cls, {})[source] = int(n)
     summary = {
-        "files_seen": len(entries),
+        "files_seen": len(seen),
         "admitted": len(frame),
         "quarantined": len(quarantine),
         "left_out": len(left),
-        "identity_holds": len(entries) == len(frame) + len(quarantine) + len(left),
+        "not_sampled": len(not_sampled),
+        "identity_holds": len(seen) == len(frame) + len(quarantine) + len(left) + len(not_sampled),
+        "sample": {"fraction": fraction, "key": SAMPLE_KEY, "rule": None if fraction is None else SAMPLE_RULE,
+                   "sampled": len(entries),
+                   "not_sampled_list": None if fraction is None else NOT_SAMPLED},
         "quarantine_reasons": {r: reasons[r] for r in REASONS if reasons[r]},
         "per_class": {c: int(n) for c, n in frame["class_name"].value_counts().sort_index().items()},
         "per_source_label": per_source,
@@ -201,4 +246,4 @@ def scan_field(
     }
     return FieldScan(root=root, rows=frame, quarantine=quarantine.reset_index(drop=True),
                      left_out=left.reset_index(drop=True), unmatched_classes=unmatched,
-                     untested_classes=untested, summary=summary)
+                     untested_classes=untested, summary=summary, not_sampled=not_sampled)

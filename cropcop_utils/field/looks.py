@@ -79,10 +79,14 @@ def measure_attribution(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Off-leaf mass per method, state and cell (mean with interval); gallery items on the side.
 
+    Each state's maps come from that state's own program: Grad-CAM from ``state.module`` (float states
+    only), occlusion from ``state.forward`` (the INT8 graph, the executed .pte).  ``model_states`` maps
+    every measured state to the SHA-256 of the file its figures came from (``state.sha256``).
+
     ``masses_out`` (when given) receives each image's mass under ``(method, state, cell)``, in the
     cell's item order, so two regimes measured on the same items can be compared image by image."""
     n_boot, seed, level = int(params["bootstrap"]), int(params["seed"]), float(params["ci_level"])
-    result: dict[str, Any] = {"gradcam": {}, "occlusion": {}}
+    result: dict[str, Any] = {"gradcam": {}, "occlusion": {}, "model_states": {}}
     gallery: list[dict[str, Any]] = []
     per_cell = int(params["gallery_n"])
     for method, names, limit, cells in (
@@ -91,6 +95,7 @@ def measure_attribution(
     ):
         for name in names:
             state = states[name]
+            result["model_states"][name] = state.sha256
             result[method][name] = {}
             for cell in cells:
                 items = sets.get(cell, [])[:limit]

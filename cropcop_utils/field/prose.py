@@ -18,7 +18,11 @@ def headline(facts: dict[str, Any]) -> str:
     lines = [
         f"The field cohort holds {cohort['files_seen']} files: {cohort['admitted']} admitted, "
         f"{cohort['quarantined']} quarantined with a reason, {cohort['left_out']} left out (class without "
-        f"a lab counterpart: {', '.join(cohort['unmatched_classes']) or 'none'}). Lab classes untested "
+        f"a lab counterpart: {', '.join(cohort['unmatched_classes']) or 'none'})"
+        + (f", {cohort['not_sampled']} not in the content-hash sample (fraction "
+           f"{cohort['sample']['fraction']}, listed in `{cohort['sample']['not_sampled_list']}`)"
+           if cohort.get("not_sampled") else "")
+        + ". Lab classes untested "
         f"outside the lab: {', '.join(cohort['untested_classes']) or 'none'}. Intervals: {level} bootstrap."
     ]
     for entry in facts["states"].values():

@@ -251,7 +251,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     """Score the field cohort with every state of every regime, measure where the models look, run the
     background swap; with several regimes, compare each with the baseline on the same rows."""
     from ..split import load_frozen
-    from .cohort import field_root, scan_field
+    from .cohort import NOT_SAMPLED, field_root, sample_fraction, scan_field
 
     params = field_params(ctx, **options)
     ch = Chapter(ctx.run_dir, "field")
@@ -267,10 +267,13 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     cohort = None
     scan_summary: dict[str, Any] | None = None
     if root is not None:
-        scan = scan_field(root, names, max_image_pixels=ctx.section("corpus").get("max_image_pixels"))
+        scan = scan_field(root, names, max_image_pixels=ctx.section("corpus").get("max_image_pixels"),
+                          sample_fraction=sample_fraction(ctx))
         cohort, scan_summary = scan.rows, scan.summary
         ch.write_parquet(COHORT, cohort[COHORT_COLUMNS])
         ch.write_parquet("field/quarantine.parquet", scan.quarantine)
+        if scan.summary["sample"]["fraction"] is not None:
+            ch.write_parquet(NOT_SAMPLED, scan.not_sampled)
 
     # the lab side of the benchmark, shared by every regime: a sample of the locked test, its masks,
     # donors from train, the composites

@@ -30,3 +30,13 @@ def test_settings_are_validated() -> None:
         audit.settings({"geometry_review_inliers": -1})
     with pytest.raises(audit.AuditInputError, match="manifest"):
         audit.admitted_rows(pd.DataFrame({"row_id": ["x"]}))
+
+
+def test_the_suite_audits_at_the_settings_the_profiles_ship() -> None:
+    # The smoke book's audit floors (test_chapter) and every audit_corpus call on DEFAULTS hold for the
+    # production settings only while the smoke profile and DEFAULTS resolve to what default.yaml ships.
+    from cropcop_utils.core.config import load_profile
+
+    shipped = audit.settings(load_profile("default")["audit"])
+    assert audit.settings(load_profile("smoke")["audit"]) == shipped
+    assert {**shipped, "workers": None} == audit.DEFAULTS

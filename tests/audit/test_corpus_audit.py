@@ -13,9 +13,10 @@ from PIL import Image, ImageEnhance, PngImagePlugin
 from scipy.ndimage import gaussian_filter
 
 from cropcop_utils import audit
+from cropcop_utils.core.config import load_profile
 from cropcop_utils.core.evidence import row_id, sha256_file
 
-FAST = {"workers": 1}
+FAST = {**load_profile("default")["audit"], "workers": 1}  # the settings the profile ships, one process
 
 
 # --------------------------------------------------------------------------- fixtures

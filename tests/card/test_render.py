@@ -1,4 +1,6 @@
-"""The model card: rendered from fixed JSON, every number on it traces to that JSON; its .pte snippet runs."""
+"""The model card: rendered from fixed JSON, every number on it maps to its JSON path (strictly: the card is
+its JSON's render and each printed value is checked at its path), on fixtures and on real-data cards; each
+failure-mode rule fires for the state whose figures fired it and no other; its .pte snippet runs."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cropcop_utils.card import render as card
-from cropcop_utils.core.evidence import atomic_write_json, register
+from cropcop_utils.core.evidence import atomic_write_json, read_registry, register, sha256_file
 from cropcop_utils.nets import pte as pte_program
 
 SHA = {
@@ -212,62 +214,114 @@ def write_run(run_dir: Path, records: dict[str, dict]) -> None:
         register(run_dir, rel, rel.split("/")[0])
 
 
-def _walk(obj, strings: set[str], numbers: list[float]) -> None:
-    if isinstance(obj, dict):
-        for value in obj.values():
-            _walk(value, strings, numbers)
-    elif isinstance(obj, list):
-        for value in obj:
-            _walk(value, strings, numbers)
-    elif isinstance(obj, str):
-        strings.add(obj)
-    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
-        numbers.append(obj)
+def audited(run_dir: Path) -> str:
+    """Write the card as the chapters do and return it after the strict check found nothing."""
+    card.write_card(run_dir)
+    assert card.audit_card(run_dir) == []
+    return (run_dir / card.CARD).read_text()
 
 
-def renderings(numbers: list[float]) -> set[str]:
-    """Every way the card's formatters (card.FORMATS) print a JSON number."""
-    out: set[str] = set()
-    for v in numbers:
-        out.add(str(v))
-        for digits in (0, 1, 2, 3):
-            out.update({f"{v:.{digits}f}", f"{100 * v:.{digits}f}"})
-    return out
+def marks(run_dir: Path) -> list[tuple[str, tuple, str]]:
+    """(text, JSON path, formatter) of every value the card prints, in order."""
+    traced = card.render(card.collect(run_dir, traced=True), traced=True)
+    return [
+        (m.group(2), tuple(json.loads(m.group(1))["p"] or ()), json.loads(m.group(1))["f"])
+        for m in card._MARK.finditer(traced)
+    ]
 
 
-def untraced_numbers(text: str, sources: list[dict]) -> list[str]:
-    strings: set[str] = set()
-    numbers: list[float] = []
-    for obj in sources:
-        _walk(obj, strings, numbers)
-    prose = re.sub(r"```.*?```", " ", text, flags=re.S)  # the code block is checked by running it
-    for s in sorted((s for s in strings if re.search(r"\d", s)), key=len, reverse=True):
-        prose = prose.replace(s, " ")  # hashes, paths, architecture names
-    prose = prose.replace("SHA-256", " ")
-    tokens = re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])", prose)
-    allowed = renderings(numbers)
-    return [t for t in tokens if t.lstrip("-") not in allowed and t not in allowed]
-
-
-def test_every_number_on_the_card_is_in_its_json(tmp_path):
-    records = fixed_records()
-    write_run(tmp_path, records)
-    text = card.render(card.collect(tmp_path))
-    registry = json.loads((tmp_path / "registry.json").read_text())
-    assert untraced_numbers(text, [*records.values(), registry]) == []
+def test_every_number_on_the_card_maps_to_its_json_path(tmp_path):
+    write_run(tmp_path, fixed_records())
+    text = audited(tmp_path)
     # the headline, the symptom-mapped source, the abstention and the identities made it onto the card
     assert (
         "zero-shot, it scores\n16.2 % [12.2, " in text and "frog_eye_leaf_spot" in text and "85.4 %" in text
     )
     assert SHA["pte"] in text and SHA["split"] in text
     assert "collapses on field images** (rule" in text and "fires for reference, compact, int8, pte" in text
+    # each figure is traced to the entry it means, not to an equal number elsewhere: the headline's lab
+    # accuracy is the .pte's (29.6 %), the compact model's 30.4 % sits at its own path
+    traced = marks(tmp_path)
+    headline = next(m for m in traced if m[0].startswith("29.6 %"))
+    assert headline[1:] == (("analysis/per_class.json", "figures", "states", "pte", "accuracy"), "ci")
+    assert ("115", ("analysis/per_class.json", "figures", "n_test_rows"), "raw") in traced
+    assert ("0.10", ("field/field.json", "params", "failure_rules", "paste_changed_rate"), "num") in traced
+    # every digit outside the .pte snippet's code sits inside a traced value
+    plain_numbers = card.NUMBER.findall(card._SNIPPET.sub(" ", text))
+    traced_numbers = [n for t, _, _ in traced for n in card.NUMBER.findall(t)]
+    assert len(plain_numbers) > 100 and len(plain_numbers) <= len(traced_numbers)
 
 
 def test_a_number_not_in_the_json_is_caught(tmp_path):
+    write_run(tmp_path, fixed_records())
+    text = card.render(card.collect(tmp_path)) + "\nInvented: 77.7 %\n"
+    problems = card.audit_card(tmp_path, text)
+    assert len(problems) == 1 and "differs from its JSON's render" in problems[0] and "77.7" in problems[0]
+
+
+def test_a_number_that_is_elsewhere_in_the_json_is_not_accepted(tmp_path):
+    """The old check accepted any number found anywhere in the JSON; the strict one wants it at its path."""
+    write_run(tmp_path, fixed_records())
+    text = card.render(card.collect(tmp_path))
+    pte, compact = "29.6 % [23.6, 34.6]", "30.4 % [24.4, 35.4]"  # both in the JSON, as lab accuracies
+    assert text.count(pte) and compact in text
+    swapped = text.replace(f"the `.pte` scores {pte}", f"the `.pte` scores {compact}")
+    assert swapped != text
+    problems = card.audit_card(tmp_path, swapped)
+    line = 1 + text[: text.index(f"the `.pte` scores {pte}")].count("\n")
+    assert len(problems) == 1 and f"line {line}:" in problems[0] and compact in problems[0]
+
+
+def test_a_mark_pointing_at_another_path_is_caught(tmp_path):
+    """Each mark is checked against the value at its own path in the files on disk."""
     records = fixed_records()
     write_run(tmp_path, records)
-    text = card.render(card.collect(tmp_path)) + "\nInvented: 77.7 %\n"
-    assert untraced_numbers(text, list(records.values())) == ["77.7"]
+    traced = card.render(card.collect(tmp_path, traced=True), traced=True)
+    files = {rel: json.loads((tmp_path / rel).read_text()) for rel in [*records, "registry.json"]}
+    assert card.check_marks(traced, files) == []
+    wrong = traced.replace(
+        '["analysis/per_class.json", "figures", "states", "pte", "accuracy"]',
+        '["analysis/per_class.json", "figures", "states", "compact", "accuracy"]',
+    )
+    assert wrong != traced
+    problems = card.check_marks(wrong, files)
+    assert problems and all("should read" in p and "states.compact.accuracy" in p for p in problems)
+    missing = traced.replace('"n_test_rows"]', '"n_rows"]')
+    assert any("n_rows is not in the run's JSON" in p for p in card.check_marks(missing, files))
+
+
+def test_a_stale_card_is_caught(tmp_path):
+    """The JSON changed after the card was written: the card no longer renders from it."""
+    records = fixed_records()
+    write_run(tmp_path, records)
+    audited(tmp_path)
+    records["field/field.json"]["states"]["pte"]["field"]["accuracy"]["value"] = 0.1701
+    write_run(tmp_path, records)
+    problems = card.audit_card(tmp_path)
+    assert problems and "16.2 %" in problems[0] and "17.0 %" in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        # typed in the template, though 115 is in the JSON (the number of test rows)
+        ("Test rows: 115.", "'115' on line"),
+        # computed in the template from a JSON value: equal to it, but from no path
+        ("Lab: {{ (lab.pte.accuracy.value * 1) | pct }}.", "'29.6' (in '29.6 %') comes from no JSON path"),
+        # a JSON number reached through a value the renderer rebuilt: equal, but from no path
+        ("Rows: {{ per_class.figures.n_test_rows + 0 }}.", "'115' on line"),
+    ],
+)
+def test_a_template_number_without_a_json_path_is_caught(tmp_path, monkeypatch, line, problem):
+    write_run(tmp_path, fixed_records())
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    source = (card.TEMPLATES / "card.md.j2").read_text()
+    (templates / "card.md.j2").write_text(source.replace("## Results\n", f"{line}\n\n## Results\n"))
+    monkeypatch.setattr(card, "TEMPLATES", templates)
+    card.write_card(tmp_path)
+    problems = card.audit_card(tmp_path)
+    assert len(problems) == 1 and problem in problems[0], problems
 
 
 def test_card_without_field_cohort_or_abstention_says_so(tmp_path):
@@ -281,10 +335,127 @@ def test_card_without_field_cohort_or_abstention_says_so(tmp_path):
         swap["cells"]["lab_field"] = swap["cells"]["field_field"] = None
         swap["background_share"] = {"value": None, "lo": None, "hi": None, "reason": "no field cells"}
     write_run(tmp_path, records)
-    text = card.render(card.collect(tmp_path))
+    text = audited(tmp_path)
     assert "not tested outside the lab" in text and "cannot abstain" in text
     assert "collapses on field images** (rule" in text and "not measured in this run" in text
-    assert untraced_numbers(text, list(records.values())) == []
+
+
+# Failure modes: each rule on each state's own figures.  Thresholds in fixed_records: collapse_ratio 0.5,
+# background_share 0.5, off_leaf_mass 0.5, paste_changed_rate 0.1.  Quiet figures sit on the boundary
+# that does not fire (field accuracy exactly half the lab's: the rule is strict "<"; the ">=" rules just
+# below their threshold); a firing figure sits on the boundary that fires.
+RULES = {
+    "collapse": "collapses on field images",
+    "background": "leans on the background",
+    "off_leaf": "looks off the leaf",
+    "paste": "cut-and-paste alone changes decisions",
+}
+STATES = ("reference", "compact", "int8", "pte")
+
+
+def _set_rule(records: dict, rule: str, state: str, fire: bool) -> None:
+    field = records["field/field.json"]
+    if rule == "collapse":
+        entry = field["states"][state]
+        lab = entry["lab_test_matched"]["accuracy"]["value"]
+        entry["field"]["accuracy"]["value"] = (0.4999 if fire else 0.5) * lab
+    elif rule == "background":
+        field["swap"]["states"][state]["background_share"]["value"] = 0.5 if fire else 0.4999
+    elif rule == "off_leaf":
+        field["attribution"]["occlusion"][state]["lab_plain"] = _ci(0.5 if fire else 0.4999, 0.4, 0.6, 16)
+    else:
+        field["swap"]["states"][state]["changed"]["paste_control"]["rate"]["value"] = 0.1 if fire else 0.0999
+
+
+def quiet_records() -> dict:
+    records = fixed_records()
+    for rule in RULES:
+        for state in STATES:
+            _set_rule(records, rule, state, fire=False)
+    return records
+
+
+def failure_lines(text: str) -> dict[str, str]:
+    return {key: re.search(rf"^- \*\*{re.escape(name)}\*\* .*$", text, flags=re.M).group(0)
+            for key, name in RULES.items()}
+
+
+def test_no_rule_fires_on_quiet_figures(tmp_path):
+    records = quiet_records()
+    write_run(tmp_path, records)
+    assert all(f["fires"] == [] and f["measured"] for f in card.failure_modes(card.collect(tmp_path)))
+    text = audited(tmp_path)
+    assert all(line.endswith("): does not fire.") for line in failure_lines(text).values())
+    assert "it collapses there" not in text and "Field photographs: measured above" in text
+
+
+@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("rule", list(RULES))
+def test_a_rule_fires_for_the_state_whose_figures_fired_it(tmp_path, rule, state):
+    records = quiet_records()
+    _set_rule(records, rule, state, fire=True)
+    write_run(tmp_path, records)
+    fired = {f["key"]: f["fires"] for f in card.failure_modes(card.collect(tmp_path))}
+    assert fired == {key: [state] if key == rule else [] for key in RULES}
+    text = audited(tmp_path)
+    for key, line in failure_lines(text).items():
+        assert line.endswith(f"): fires for {state}." if key == rule else "): does not fire."), line
+    # the "not intended" sentence says the .pte collapses only when the .pte's own figures fired the rule
+    pte = records["field/field.json"]["states"]["pte"]
+    collapse = (
+        "it collapses there ("
+        + card._ci(pte["field"]["accuracy"])
+        + " field\n  against "
+        + card._ci(pte["lab_test_matched"]["accuracy"])
+        + " lab accuracy for the `.pte`)"
+    )
+    if (rule, state) == ("collapse", "pte"):
+        assert collapse in text and "Field photographs: measured above" not in text
+    else:
+        assert "it collapses there" not in text and "Field photographs: measured above" in text
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_a_state_without_the_rules_figures_is_named_not_counted(tmp_path, rule):
+    records = quiet_records()
+    _set_rule(records, rule, "pte", fire=True)
+    field = records["field/field.json"]
+    if rule == "collapse":
+        field["states"]["reference"]["field"]["accuracy"]["value"] = None
+    elif rule == "background":
+        field["swap"]["states"]["reference"]["background_share"]["value"] = None
+    elif rule == "off_leaf":
+        del field["attribution"]["occlusion"]["reference"]
+    else:
+        field["swap"]["states"]["reference"]["changed"]["paste_control"] = None
+    write_run(tmp_path, records)
+    rules = {f["key"]: f for f in card.failure_modes(card.collect(tmp_path))}
+    assert rules[rule]["fires"] == ["pte"] and rules[rule]["unmeasured"] == ["reference"]
+    line = failure_lines(audited(tmp_path))[rule]
+    assert line.endswith("): fires for pte. Not measured for reference."), line
+
+
+REAL_RUNS = Path(__file__).parent / "real_runs"
+
+
+@pytest.mark.parametrize("name", ["tomato_smoke_real", "apple_field"])
+def test_real_data_cards_pass_the_strict_check(name):
+    """Cards of real-data books, as written, with the JSON they were rendered from: the real tomato smoke
+    book (smoke_real profile, no field cohort) and the real apple lab sample with the real orchard field
+    cohort (runs/apple-field).  Their numbers include bare ones such as "1" (best epoch, n = 1) that the
+    old check broke on."""
+    run = REAL_RUNS / name
+    text = (run / card.CARD).read_text()
+    registry = json.loads((run / "registry.json").read_text())["artifacts"]
+    for rel in [*card.SOURCES.values(), *card.OPTIONAL_SOURCES.values(), card.CARD]:
+        assert sha256_file(run / rel) == registry[rel]["sha256"], rel  # the run's own files, unchanged
+    assert card.audit_card(run) == []
+    assert re.search(r"(?<![\w.])1(?![\w.])", card._SNIPPET.sub(" ", text))
+    # one number changed on the real card is caught
+    first = card.NUMBER.search(text[text.index("## Results"):])
+    at = text.index("## Results") + first.start()
+    changed = text[:at] + str(int(float(first.group())) + 1) + text[at + len(first.group().split(".")[0]):]
+    assert changed != text and card.audit_card(run, changed)
 
 
 def test_missing_source_is_named(tmp_path):
@@ -317,6 +488,7 @@ def test_card_snippet_runs_the_smoke_pte(smoke_book):
         name, probability = namespace["classify"](str(image))
     finally:
         os.chdir(cwd)
+    assert card.audit_card(run_dir) == []  # the synthetic smoke book's card, as chapter 11 left it
     ctx = reopen_run(run_dir)
     spec = ImageSpec.from_section(ctx.section("image"))
     logits = pte_program.load_verified_pte(run_dir)(spec.load_tensor(image)[None])
@@ -328,6 +500,15 @@ def test_card_snippet_runs_the_smoke_pte(smoke_book):
     ]
     assert name == classes[int(logits.argmax())]
     assert probability == pytest.approx(float(torch.softmax(logits, -1).max()), abs=1e-4)
+
+
+@pytest.mark.slow
+def test_the_real_data_smoke_books_card_passes_the_strict_check(tomato_smoke_book):
+    """The card of the real tomato smoke book (chapters 10 and 11 on a real corpus sample): every number on it
+    maps to a JSON path of that run."""
+    run_dir = Path(tomato_smoke_book["run_dir"])
+    assert read_registry(run_dir)[card.CARD]["chapter"] == "abstention"  # as chapter 11 re-rendered it
+    assert card.audit_card(run_dir) == []
 
 
 def test_a_null_deployment_share_is_printed_with_its_reason(tmp_path):

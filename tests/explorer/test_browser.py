@@ -1,12 +1,14 @@
 """The explorer as a reader opens it: the Voilà app in headless Chromium (Selenium) on the smoke run.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them); skipped, with that
-reason, only where they cannot be found.  The server is bounded (start, cell and wait time limits) and
-stopped by ``explorer_app.serving`` when the test ends, pass or fail.
+reason, only where they cannot be found and ``CROPCOP_REQUIRE_BROWSER`` is unset: CI sets it, and there a
+missing browser fails the test like a page that does not work.  The server is bounded (start, cell and
+wait time limits) and stopped by ``explorer_app.serving`` when the test ends, pass or fail.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +19,7 @@ import pytest
 from cropcop_utils.explorer import app as explorer_app
 from cropcop_utils.explorer import logic as explorer
 
+REQUIRE_BROWSER = "CROPCOP_REQUIRE_BROWSER"  # set (not "0") by .ci/run: no skip, a missing browser fails
 PAGE_TIMEOUT_S = 300  # Voilà starts a kernel and runs the notebook (verified reads) before the widgets show
 # Chromium as root in a container: no sandbox, no GPU, no /dev/shm, nothing that reaches the network.
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -29,8 +32,11 @@ def chromium(profile_dir: Path) -> Iterator:
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if not binary or not driver_path:
-        pytest.skip("headless Chromium is not installed (Debian: apt-get install -y chromium "
-                    "chromium-driver; .ci/run installs them)")
+        reason = ("headless Chromium is not installed (Debian: apt-get install -y chromium "
+                  "chromium-driver; .ci/run installs them)")
+        if os.environ.get(REQUIRE_BROWSER, "") not in ("", "0"):
+            pytest.fail(f"{reason}, and {REQUIRE_BROWSER} is set: the explorer's page must be checked here")
+        pytest.skip(reason)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -120,3 +126,26 @@ def open_pick_and_check(run_dir: Path, folder: Path, state: str = "pte", max_ima
 def test_reader_picks_a_class_in_the_browser(smoke_book, tmp_path: Path) -> None:
     screenshot = open_pick_and_check(Path(smoke_book["run_dir"]), tmp_path)
     assert screenshot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_missing_browser_fails_where_it_is_required(monkeypatch, tmp_path: Path) -> None:
+    """A developer's machine without Chromium skips; CI (which installs it) fails instead of skipping."""
+    def outcome() -> str:  # caught here: a skip escaping this test would only skip it, not fail it
+        try:
+            with chromium(tmp_path):
+                return "ran"
+        except pytest.skip.Exception:
+            return "skipped"
+        except pytest.fail.Exception as failure:
+            return "failed" if REQUIRE_BROWSER in str(failure) else f"failed otherwise: {failure}"
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv(REQUIRE_BROWSER, raising=False)
+    assert outcome() == "skipped"
+    monkeypatch.setenv(REQUIRE_BROWSER, "1")
+    assert outcome() == "failed"
+
+
+def test_ci_requires_the_browser() -> None:
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+    assert f"{REQUIRE_BROWSER}=1 make test" in ci, "CI must run the suite with the browser test required"

@@ -44,3 +44,18 @@ def test_decision_follows_the_measured_cost():
     within = penalty.decide({"max_cost_ratio": 3.0}, {"cost_ratio": 2.4, "batch": 32}, 100.0)
     assert within["fits_budget"] and not within["ran"] and "does not train with it" in within["reason"]
     assert "no background-robust regime" in penalty.decide({}, None, None)["reason"]
+
+
+def test_the_penalty_reaches_the_weights_through_the_attribution():
+    # Grad-CAM's channel weights are the gradient of the class score: the classifier's weights enter the
+    # off-leaf share only through them.  With that gradient kept in the graph (create_graph=True) the share
+    # has a gradient on the classifier; computed without its graph (or detached) the share would only see
+    # the feature map, and the classifier's gradient would be None.
+    torch.manual_seed(0)
+    model = create_model("test_resnet", 3)
+    images, labels, masks = _batch()
+    _, share = penalty.off_leaf_share(model, images, labels, masks)
+    weight = model.get_classifier().weight  # the bias does not enter the gradient of the score
+    (grad,) = torch.autograd.grad(share.mean(), [weight], allow_unused=True)
+    assert grad is not None, "the share does not depend on the classifier's weights"
+    assert grad.abs().sum() > 0  # measured: 2.8e-4 summed over the 3 x 96 weights
