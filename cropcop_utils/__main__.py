@@ -1,5 +1,5 @@
-"""Command line: ``python -m cropcop_utils book --data synthetic|PATH [--field synthetic|PATH] --profile NAME
---run-dir DIR``."""
+"""Command line: ``python -m cropcop_utils book --data synthetic|PATH [--field synthetic|PATH]
+[--field-train PATH] --profile NAME --run-dir DIR``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="field cohort for chapter 10: PATH/<lab class>/<images> (optional labels.csv "
                            "and masks/<class>/<stem>.png) or 'synthetic'; default: what the run folder "
                            "recorded, else 'synthetic' with --data synthetic and none with a real corpus")
+    book.add_argument("--field-train", default=None,
+                      help="labelled field photos to train and select on: PATH/<lab class>/<images> "
+                           "(optional labels.csv); scanned in chapter 1, grouped with the lab corpus and "
+                           "the field cohort in chapter 2, split into train/val in chapter 3; default: what "
+                           "the run folder recorded, else none")
     book.add_argument("--profile", default="default", help=f"one of {', '.join(available_profiles())} "
                       "or a path to a profile YAML")
     book.add_argument("--run-dir", default=None, help="run folder (default: runs/<profile>)")
@@ -46,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
 
     run_dir = args.run_dir or f"runs/{args.profile}"
     try:
-        run_book(run_dir, profile=args.profile, data=args.data, field=args.field, until=args.until,
-                 html=not args.no_html, log=lambda line: print(line, flush=True))
+        run_book(run_dir, profile=args.profile, data=args.data, field=args.field,
+                 field_train=args.field_train, until=args.until, html=not args.no_html,
+                 log=lambda line: print(line, flush=True))
     except ChapterFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

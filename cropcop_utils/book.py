@@ -191,16 +191,17 @@ def build_html(run_dir: Path, toc: Path) -> Path:
 
 def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = SYNTHETIC,
              field: str | os.PathLike | None = None, until: str | None = None, html: bool = True,
-             log: Any = print) -> dict[str, Any]:
+             log: Any = print, field_train: str | os.PathLike | None = None) -> dict[str, Any]:
     """Execute the chain (or its prefix up to ``until``) and render what ran.
 
     Executed notebooks go to ``RUN_DIR/book/``, the HTML to ``RUN_DIR/html/`` (the runner prints the
     front page's path).
     """
-    ctx = open_run(run_dir, profile=profile, data=data, field=field)
+    ctx = open_run(run_dir, profile=profile, data=data, field=field, field_train=field_train)
     book_dir = prepare_book_dir(ctx.run_dir)
     chain = chapters_until(until)
-    log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, field {ctx.field}, run folder {ctx.run_dir}")
+    log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, field {ctx.field}"
+        + (f", field-train {ctx.field_train}" if ctx.field_train else "") + f", run folder {ctx.run_dir}")
     ran: list[ChapterSpec] = []
     started = time.perf_counter()
     for number, spec in enumerate(chain, start=1):

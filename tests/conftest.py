@@ -13,6 +13,7 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TOMATO = SHARED_DATA / "plantvillage-tomato"
 APPLE, FIELD_APPLE = SHARED_DATA / "plantvillage-apple", SHARED_DATA / "field-apple"
+FIELD_APPLE_TRAIN = SHARED_DATA / "field-apple-train"
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -68,24 +69,27 @@ def tomato_smoke_book(tmp_path_factory, tomato_root):
 
 @pytest.fixture(scope="session")
 def apple_field_roots() -> tuple[Path, Path]:
-    """The real apple lab corpus and its real orchard field cohort (skips when either is absent)."""
-    for path in (APPLE, FIELD_APPLE):
+    """The real apple lab corpus, its real orchard field cohort and the labelled orchard photos for
+    training (skips when any is absent)."""
+    for path in (APPLE, FIELD_APPLE, FIELD_APPLE_TRAIN):
         if not path.is_dir():
             pytest.skip(f"real apple data not present at {path}")
-    return APPLE, FIELD_APPLE
+    return APPLE, FIELD_APPLE, FIELD_APPLE_TRAIN
 
 
 @pytest.fixture(scope="session")
 def apple_field_smoke_book(tmp_path_factory, apple_field_roots):
-    """The whole chain on the real PlantVillage apple corpus with ``--field`` the real orchard photos, both
-    read in place: the smoke_field profile keeps a content-hash sample of each (``corpus.sample_fraction``,
-    ``field_transfer.sample_fraction``), so chapters 10 and 11 run on real field photographs.  Executed
-    headless, not rendered (the two other books test the render)."""
+    """The whole chain on the real PlantVillage apple corpus with ``--field`` the real orchard photos and
+    ``--field-train`` the labelled orchard photos for training, all read in place: the smoke_field profile
+    keeps a content-hash sample of each (``corpus.sample_fraction`` for the lab and field-train folders,
+    ``field_transfer.sample_fraction`` for the cohort), trains the baseline and the field-adapted regime
+    side by side, and so runs chapters 2-11 across real field photographs.  Executed headless, not rendered
+    (the two other books test the render)."""
     from cropcop_utils.book import run_book
 
-    lab, orchard = apple_field_roots
+    lab, orchard, orchard_train = apple_field_roots
     base = tmp_path_factory.mktemp("apple_field_smoke_book")
     lines: list[str] = []
-    result = run_book(base / "run", profile="smoke_field", data=str(lab), field=str(orchard), html=False,
-                      log=lines.append)
-    return {**result, "log": lines, "field_root": orchard}
+    result = run_book(base / "run", profile="smoke_field", data=str(lab), field=str(orchard),
+                      field_train=str(orchard_train), html=False, log=lines.append)
+    return {**result, "log": lines, "field_root": orchard, "field_train_root": orchard_train}

@@ -78,7 +78,8 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     ch = Chapter(ctx.run_dir, "abstention")
     frozen = load_frozen(ch)
     n_classes = len(frozen.class_names)
-    val_rows = frozen.rows_for("val").sort_values("row_id").reset_index(drop=True)
+    shipped = regimes.shipped(regimes.of_run(ctx))
+    val_rows = regime_val_rows(frozen, shipped)
     test_rows = frozen.rows_for("test").sort_values("row_id").reset_index(drop=True)
     missing = [p for p in (*VAL_RECORDS.values(), "ptq/ptq.json", *TEST_RECORDS.values())
                if not ch.path(p).exists()]
@@ -90,7 +91,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     with ch.native_output():  # ExecuTorch's C++ log lines go to abstention/native.log, not the book
         loaded = load_states(ch, n_classes)
     batch = int(params["batch_size"])
-    pte_val = score_rows({"pte": loaded["pte"]}, val_rows, ctx.corpus_root, ctx.section("image"), batch)
+    pte_val = score_rows({"pte": loaded["pte"]}, val_rows, ctx.source_roots, ctx.section("image"), batch)
     ch.write_parquet(PTE_VAL, pte_val["pte"])
     val_paths = {**VAL_RECORDS, "int8": int8_val_path(ch), "pte": PTE_VAL}
     val_y, test_y = val_rows["label"].to_numpy(), test_rows["label"].to_numpy()
@@ -143,7 +144,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         ch.write_parquet(f"{FOLDER}/{name}.parquet", frame)
     plots = figures.save_all(ch, frames, states, params, lab_scores)
     recipe = deployment(states["pte"], params)
-    others = _other_regimes(ctx, ch, params, val_rows, test_rows, n_classes, indices, field)
+    others = _other_regimes(ctx, ch, params, frozen, test_rows, n_classes, indices, field)
     record = ch.finish(
         figures={"n_val": len(val_y), "n_test": len(test_y), "n_classes": n_classes,
                  "temperature_fit": "scipy.optimize.minimize_scalar (bounded) on the validation NLL",
@@ -154,7 +155,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
                  "other_crop_note": other_crop_note,
                  "states": states},
         plots=plots, params=params, deployment=recipe,
-        regime=regimes.shipped(regimes.of_run(ctx)).name, regimes=others,
+        regime=shipped.name, regimes=others,
         test_rows_read={"count": len(test_y), "via": "prediction records of chapters 5-7 (logits)",
                         "purpose": "calibration, selective risk and conformal coverage of every state"})
     if CARD in read_registry(ctx.run_dir):
@@ -164,13 +165,20 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     return record
 
 
-def _other_regimes(ctx: RunContext, ch: Chapter, params: dict[str, Any], val_rows: pd.DataFrame,
+def regime_val_rows(frozen: Any, regime: Any) -> pd.DataFrame:
+    """The validation rows a regime was selected on (lab val, plus field val for a field-adapted one), in
+    row_id order: its temperature and thresholds are fitted on them."""
+    rows = frozen.rows_for("val", field_train=regime.uses_field_train)
+    return rows.sort_values("row_id").reset_index(drop=True)
+
+
+def _other_regimes(ctx: RunContext, ch: Chapter, params: dict[str, Any], frozen: Any,
                    test_rows: pd.DataFrame, n_classes: int, indices: np.ndarray,
                    field: dict[str, Any] | None) -> dict[str, Any]:
-    """The regimes that do not ship, measured the same way (:mod:`.regimes`)."""
+    """The regimes that do not ship, measured the same way (:mod:`.regimes`), each on its own val rows."""
     cohort = None if field is None else field["cohort"]
-    return {r.name: {"states": regime_states(ctx, ch, r, params, val_rows, test_rows, n_classes, indices,
-                                             cohort)}
+    return {r.name: {"states": regime_states(ctx, ch, r, params, regime_val_rows(frozen, r), test_rows,
+                                             n_classes, indices, cohort)}
             for r in regimes.of_run(ctx) if not r.shipped}
 
 

@@ -30,7 +30,7 @@ def _records(ctx: Any, ch: Chapter, regime: Any, params: dict[str, Any], val_row
 
     with ch.native_output(regime.path(f"{FOLDER}/native.log")):
         pte = load_state(ch, "pte", n_classes, regime)
-        record = score_rows({"pte": pte}, val_rows, ctx.corpus_root, ctx.section("image"),
+        record = score_rows({"pte": pte}, val_rows, ctx.source_roots, ctx.section("image"),
                             int(params["batch_size"]))["pte"]
     ch.write_parquet(regime.path(PTE_VAL), record)
     selected = ch.read_json(regime.path("ptq/ptq.json"))["selected"]

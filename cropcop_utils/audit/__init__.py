@@ -6,6 +6,9 @@ The chapter's code, by topic:
 * :mod:`.corpus_audit` — the whole audit of a corpus (:func:`audit_corpus`): admitted rows, hashes,
   candidates and verifiers, relationships, groups and the evidence tables (:class:`AuditResult`).
 * :mod:`.chapter` — ``run_chapter``: writes ``audit/`` (tables, plots, ``audit.json``).
+* :mod:`.cross_sets` — the lab, field-train and field cohorts audited as one corpus (:func:`audit_sets`): the
+  relationships across sets, their groups and the ``cross_sets`` block; :mod:`.cross_chapter` gathers a
+  run's sets and writes ``audit/cross_*``.
 * :mod:`.hashing` — per-image fingerprints: content digests, pHash / dHash, verifier thumbnails.
 * :mod:`.pairs` — every pair of 64-bit hashes within a Hamming radius (multi-index hashing).
 * :mod:`.candidates` — near candidates, capped per image, and their verifier scores.
@@ -21,6 +24,7 @@ from .candidates import NearCandidates, cap_neighbours, near_candidates
 from .chapter import run_chapter
 from .config import DEFAULTS, settings
 from .corpus_audit import MANIFEST_NEEDS, AuditResult, admitted_rows, audit_corpus
+from .cross_sets import AuditSet, CrossAudit, audit_sets
 from .errors import AuditInputError
 from .hashing import HASH_COLUMNS, ImageHashes, fingerprint_image, hash_images, pixel_digest
 from .relations import (
@@ -39,8 +43,9 @@ from .truth import Truth, calibrated_threshold, family_recall, radius_reason, th
 
 __all__ = [
     "DEFAULTS", "HASH_COLUMNS", "KINDS", "MANIFEST_NEEDS", "NO_SPLIT", "RELATIONSHIP_COLUMNS",
-    "AuditInputError", "AuditResult", "ImageHashes", "NearCandidates", "PixelGroups", "Truth",
-    "admitted_rows", "audit_corpus", "calibrated_threshold", "cap_neighbours", "crossing_counts",
+    "AuditInputError", "AuditResult", "AuditSet", "CrossAudit", "ImageHashes", "NearCandidates",
+    "PixelGroups", "Truth", "admitted_rows", "audit_corpus", "audit_sets", "calibrated_threshold",
+    "cap_neighbours", "crossing_counts",
     "exact_pairs", "family_recall", "fingerprint_image", "group_stats", "hash_images", "inherited_decision",
     "leakage_groups", "near_candidates", "pixel_digest", "radius_reason", "relationship_table", "run_chapter",
     "settings", "threshold_table",

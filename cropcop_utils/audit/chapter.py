@@ -4,7 +4,9 @@ It reads ``corpus/manifest.parquet``, runs the whole audit (:func:`~.corpus_audi
 the relationships, candidate sources and verifiers are described) under the settings of
 :mod:`.config`, and writes ``audit/`` — the hash, relationship, group and calibration tables, the
 gallery and plots, and ``audit/audit.json`` with its figures (review list, crossings by source,
-verifier settings, timings).
+verifier settings, timings).  With field sets (``--field-train``, a real ``--field``) it then audits them
+together with the lab (:mod:`.cross_chapter`): ``audit/cross_sets.parquet``, ``audit/cross_groups.parquet``
+and the ``cross_sets`` block.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from . import embedding, geometry, leaf_align, verifier
 from .candidates import SOURCES
 from .config import settings
 from .corpus_audit import admitted_rows, audit_corpus
+from .cross_chapter import field_sets, run_cross_sets
 from .figures import (
     gallery_sample,
     plot_group_sizes,
@@ -99,6 +102,9 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
 
         truth_json = synthetic.load_truth(ctx.planted_truth_path)
         ch.inputs["synthetic/planted.json"] = sha256_file(ctx.planted_truth_path)
+    # the field sets are read and scanned first: a missing input stops the chapter before the long lab
+    # audit, and the scan's pool forks from a process that has not yet started native thread pools
+    others = field_sets(ch, ctx, workers, progress)
     result = audit_corpus(rows, ctx.corpus_root, cfg, workers, progress, truth_json,
                           ctx.section("corpus").get("max_image_pixels"))
     radius, threshold = int(cfg["phash_radius"]), float(cfg["verify_threshold"])
@@ -204,4 +210,6 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
         },
         "settings": cfg,
     }
+    # after the lab audit, which is the same with or without field sets: the audit across sources
+    figures["cross_sets"] = run_cross_sets(ch, ctx, rows, result, others, cfg, workers, progress)
     return ch.finish(figures=figures)

@@ -170,14 +170,22 @@ def audit_corpus(
     progress: bool = False,
     truth_json: dict[str, Any] | None = None,
     max_image_pixels: int | None = None,
+    hashes: ImageHashes | None = None,
 ) -> AuditResult:
-    """The whole audit of admitted ``rows`` (row_id, rel_path, class_name, inherited_split, sha256)."""
+    """The whole audit of admitted ``rows`` (row_id, rel_path, class_name, inherited_split, sha256).
+
+    ``hashes``: the rows' fingerprints when already computed (:func:`~.hashing.hash_images` at these
+    settings, in row order); a fingerprint depends on its image alone, so the cross-set audit
+    (:mod:`.cross_sets`) reuses the lab's instead of decoding the lab corpus twice."""
     cfg = settings(cfg or {})
     workers = int(workers or cfg["workers"] or os.cpu_count() or 1)
     rows = rows.reset_index(drop=True)
     embed_side = int(cfg["embedding_px"]) if int(cfg["embedding_k"]) > 0 else 0
-    hashes = hash_images(corpus_root, rows["rel_path"], rows["sha256"], workers, progress, max_image_pixels,
-                         embed_side)
+    if hashes is None:
+        hashes = hash_images(corpus_root, rows["rel_path"], rows["sha256"], workers, progress,
+                             max_image_pixels, embed_side)
+    elif len(hashes.pixel_sha256) != len(rows):
+        raise AuditInputError(f"{len(hashes.pixel_sha256)} fingerprints given for {len(rows)} rows")
     exact = exact_pairs(rows["sha256"], hashes.pixel_sha256)
     pixel_groups = PixelGroups.from_digests(hashes.pixel_sha256)
     candidates = near_candidates(hashes, pixel_groups.representatives, cfg, progress, workers)

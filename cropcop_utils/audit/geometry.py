@@ -28,11 +28,12 @@ Why hand-written glue rather than a library call: OpenCV supplies every step (OR
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
+
+from .pools import clean_pool
 
 SIDE = 128            # ORB runs on this grey square: leaf structure survives, noise and cost stay low
 FEATURES = 150        # keypoints kept per image (strongest FAST corners over the pyramid)
@@ -173,7 +174,7 @@ def verify_pairs(points: list[Keypoints], pairs: np.ndarray, workers: int = 1,
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     jobs = [[(points[i], points[j]) for i, j in pairs[k:k + task]] for k in range(0, len(pairs), task)]
     if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with clean_pool(workers) as pool:
             parts = list(pool.map(_score_task, jobs))
     else:
         parts = [_score_task(job) for job in jobs]

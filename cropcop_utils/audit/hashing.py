@@ -28,7 +28,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +44,7 @@ from ..core.config import progress_wanted
 from ..core.evidence import sha256_bytes
 from . import embedding, geometry, leaf_align, verifier
 from .errors import AuditInputError
+from .pools import clean_pool
 
 HASH_COLUMNS = ["row_id", "phash", "dhash", "pixel_sha256"]
 # CPU seconds of each image's work, summed over workers: reading, checking and decoding the file and the
@@ -336,7 +337,7 @@ def hash_images(
                 results[k] = _hash_chunk(str(root), rel_paths[a:b], shas[a:b], max_image_pixels, embed_side)
                 bar.update(b - a)
         else:
-            with ProcessPoolExecutor(max_workers=workers, initializer=embedding.single_threaded) as pool:
+            with clean_pool(workers, embedding.single_threaded) as pool:
                 futures = {pool.submit(_hash_chunk, str(root), rel_paths[a:b], shas[a:b], max_image_pixels,
                                        embed_side): k for k, (a, b) in enumerate(chunks)}
                 for future in as_completed(futures):
@@ -359,3 +360,29 @@ def hash_images(
         seconds=time.perf_counter() - start, embed_seconds=sum(r["embed_seconds"] for r in results),
         stage_seconds={k: sum(r["stage_seconds"][k] for r in results) for k in STAGES},
         workers=workers)
+
+
+def concat_hashes(parts: Sequence[ImageHashes]) -> ImageHashes:
+    """Fingerprints of several image lists as one, in order (each image's depend on that image alone,
+    so this equals hashing the lists together); seconds and CPU seconds add up."""
+    if not parts:
+        raise AuditInputError("concat_hashes needs at least one set of fingerprints")
+    embedded = [p.embedding is not None for p in parts]
+    if any(embedded) and not all(embedded):
+        raise AuditInputError("fingerprints to join were computed with and without the embedding")
+
+    def joined(name: str) -> np.ndarray | None:
+        return np.concatenate([getattr(p, name) for p in parts]) if all(embedded) else None
+
+    return ImageHashes(
+        phash=np.concatenate([p.phash for p in parts]), dhash=np.concatenate([p.dhash for p in parts]),
+        pixel_sha256=[d for p in parts for d in p.pixel_sha256],
+        grey=np.concatenate([p.grey for p in parts]), weight=np.concatenate([p.weight for p in parts]),
+        dihedral=np.concatenate([p.dihedral for p in parts]), rings=np.concatenate([p.rings for p in parts]),
+        keypoints=[kp for p in parts for kp in p.keypoints],
+        leaf_grey=np.concatenate([p.leaf_grey for p in parts]),
+        leaf_weight=np.concatenate([p.leaf_weight for p in parts]),
+        embedding=joined("embedding"), features=joined("features"),
+        seconds=sum(p.seconds for p in parts), embed_seconds=sum(p.embed_seconds for p in parts),
+        stage_seconds={k: sum(p.stage_seconds.get(k, 0.0) for p in parts) for k in STAGES},
+        workers=max(p.workers for p in parts))

@@ -25,12 +25,11 @@ are library calls, but no library aligns two masks by their moments and scores t
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
-
 import numpy as np
 from PIL import Image
 
 from . import verifier
+from .pools import clean_pool
 
 SIDE = 64             # thumbnail side: lesions and veins survive, a batch of pairs stays cheap
 MASK_BLUR = 1.0       # px of Gaussian blur on the mask edge (a hard edge makes SSIM windows jump)
@@ -176,7 +175,7 @@ def align_pairs(grey: np.ndarray, weight: np.ndarray, pairs: np.ndarray, workers
         finally:
             torch.set_num_threads(threads)
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with clean_pool(workers) as pool:
             scores = list(pool.map(_score_task, *zip(*(arguments(a, b) for a, b in spans), strict=True)))
     if rows.size:
         out[rows] = np.concatenate(scores)

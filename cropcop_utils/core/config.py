@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from .evidence import atomic_write_text, sha256_json
+from .sources import FIELD_TRAIN, LAB
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = PACKAGE_DIR.parent   # the checkout: notebooks/, the book's _config.yml
@@ -135,6 +136,25 @@ class RunContext:
         return Path(self.field)
 
     @property
+    def field_train(self) -> str | None:
+        """The labelled field photos the run may train and select on (``--field-train``): an absolute
+        folder, or None."""
+        return self.params.get("field_train")
+
+    @property
+    def field_train_root(self) -> Path | None:
+        return None if self.field_train is None else Path(self.field_train)
+
+    @property
+    def source_roots(self) -> dict[str, Path]:
+        """``{source: folder}`` for :func:`cropcop_utils.core.squares.row_paths`: the lab corpus, and the
+        field-train folder when the run has one."""
+        roots = {LAB: self.corpus_root}
+        if self.field_train_root is not None:
+            roots[FIELD_TRAIN] = self.field_train_root
+        return roots
+
+    @property
     def planted_truth_path(self) -> Path | None:
         return self.run_dir / "synthetic" / "planted.json" if self.is_synthetic else None
 
@@ -148,6 +168,7 @@ def open_run(
     data: str = SYNTHETIC,
     overrides: dict[str, Any] | None = None,
     field: str | os.PathLike | None = None,
+    field_train: str | os.PathLike | None = None,
 ) -> RunContext:
     """Create or reopen a run folder.
 
@@ -160,6 +181,10 @@ def open_run(
     cohort; only with the synthetic corpus) or None.  Not given, it is what ``params.yaml`` recorded, so
     a notebook needs no field parameter; a new run folder then gets ``"synthetic"`` with the synthetic
     corpus and no field cohort with a real one.
+
+    ``field_train`` (``--field-train``): a folder of labelled field photos in ``<lab class>/<images>``
+    that chapter 1 scans as a training source (recorded as an absolute path); not given, what
+    ``params.yaml`` recorded, else None.  A run folder reopened with another one is refused.
     """
     run_dir = Path(run_dir).resolve()
     if data != SYNTHETIC:
@@ -177,15 +202,24 @@ def open_run(
             params["field"] = recorded["params"]["field"]
     else:
         params["field"] = SYNTHETIC if data == SYNTHETIC else None
+    if field_train is not None:
+        params["field_train"] = resolve_field_train(field_train)
+    elif recorded is not None:
+        if "field_train" in recorded.get("params", {}):  # folders made before --field-train lack the key
+            params["field_train"] = recorded["params"]["field_train"]
+    else:
+        params["field_train"] = None
     fingerprint = sha256_json(params)
     if recorded is not None:
         if recorded.get("fingerprint") != fingerprint:
             raise RunFolderConflict(
                 f"{run_dir} was made with profile {recorded['params'].get('name')!r} on "
-                f"{recorded['params'].get('data')!r}, field cohort {recorded['params'].get('field')!r} "
+                f"{recorded['params'].get('data')!r}, field cohort {recorded['params'].get('field')!r}, "
+                f"field-train {recorded['params'].get('field_train')!r} "
                 f"(params fingerprint {str(recorded.get('fingerprint'))[:12]}…); this call asks for "
-                f"profile {profile!r} on {data!r}, field cohort {params.get('field')!r} "
-                f"({fingerprint[:12]}…). Use a new --run-dir or the same settings."
+                f"profile {profile!r} on {data!r}, field cohort {params.get('field')!r}, field-train "
+                f"{params.get('field_train')!r} ({fingerprint[:12]}…). Use a new --run-dir or the same "
+                "settings."
             )
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -205,6 +239,15 @@ def resolve_field(field: str | os.PathLike, data: str) -> str:
     path = Path(field).expanduser().resolve()
     if not path.is_dir():
         raise FileNotFoundError(f"--field {path}: no such field-cohort folder")
+    return str(path)
+
+
+def resolve_field_train(field_train: str | os.PathLike) -> str:
+    """``--field-train`` as recorded: the absolute path of an existing folder."""
+    path = Path(field_train).expanduser().resolve()
+    if not path.is_dir():
+        raise FileNotFoundError(f"--field-train {path}: no such folder of labelled field photos "
+                                "(<lab class>/<images>)")
     return str(path)
 
 

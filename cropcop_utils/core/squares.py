@@ -8,7 +8,7 @@ the same :class:`SquareCache`.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,9 @@ from tqdm import tqdm
 from . import imaging
 from .config import progress_wanted
 from .imaging import ImageSpec
+from .sources import LAB
+
+Roots = str | os.PathLike | Mapping[str, str | os.PathLike]
 
 
 class SquareCache:
@@ -70,15 +73,27 @@ class SquareCache:
         return array
 
 
-def row_paths(rows: pd.DataFrame, corpus_root: str | os.PathLike) -> list[Path]:
-    root = Path(corpus_root)
-    return [root / rel for rel in rows["rel_path"]]
+def row_paths(rows: pd.DataFrame, roots: Roots) -> list[Path]:
+    """Each row's image file: ``rel_path`` under one root, or, given ``{source: root}``
+    (``RunContext.source_roots``), under the root of the row's ``source`` column (rows without that column
+    are lab rows, :data:`cropcop_utils.core.sources.LAB`)."""
+    if not isinstance(roots, Mapping):
+        root = Path(roots)
+        return [root / rel for rel in rows["rel_path"]]
+    sources = rows["source"] if "source" in rows.columns else pd.Series(LAB, index=rows.index)
+    missing = sorted(set(sources.dropna()) - set(roots)) + (["<none>"] if sources.isna().any() else [])
+    if missing:
+        raise ValueError(
+            f"rows of source(s) {missing} have no image folder: the run's source roots are "
+            f"{sorted(roots)} (a 'field_train' row needs a run opened with --field-train)")
+    base = {name: Path(root) for name, root in roots.items()}
+    return [base[source] / rel for source, rel in zip(sources, rows["rel_path"], strict=True)]
 
 
 class EvalImages(Dataset):
     """Evaluation samples under the loading contract exactly (``imaging.load_tensor``); yields the index."""
 
-    def __init__(self, rows: pd.DataFrame, corpus_root: str | os.PathLike, spec: ImageSpec,
+    def __init__(self, rows: pd.DataFrame, corpus_root: Roots, spec: ImageSpec,
                  cache: bool = False) -> None:
         self.spec = spec
         self.squares = SquareCache(row_paths(rows, corpus_root), spec.size, enabled=cache)

@@ -8,6 +8,9 @@ The chapter's code, by topic:
 * :mod:`.probe` — the per-file probe (bytes, SHA-256, header, decode outcome), in a process pool.
 * :mod:`.scan` — the whole scan of a corpus (:func:`scan_corpus`) and its content-hash sample.
 * :mod:`.figures` — the class-support bars and the loading contract's examples.
+* :mod:`.field_sets` — the scan of a folder of field photos in lab class folders (``scan_field``), used
+  for field-train here and for the scored field cohorts in chapter 10.
+* :mod:`.field_train` — the field-train photos (``--field-train``) scanned against the class map.
 * :mod:`.taxonomy` — class naming rules (crop, condition, type, pest, fruit) and the class map.
 """
 

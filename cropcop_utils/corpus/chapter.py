@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..core.evidence import Chapter, sha256_file, sha256_json
 from . import taxonomy
+from .field_train import run_field_train
 from .figures import plot_class_support, plot_contract_examples
 from .layout import NO_SPLIT, SPLITS
 from .quarantine import CLASS_REASON, REASONS, reason_counts
@@ -125,6 +126,8 @@ def _counts(series: pd.Series, top: int | None = None) -> dict[str, int]:
 def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> dict[str, Any]:
     """Scan the run's corpus and write ``corpus/{manifest,quarantine}.parquet``, ``class_map.json``,
     ``class_support.png``, ``contract_examples.png`` and ``corpus.json``; returns the chapter record.
+    With ``--field-train`` the field-train folder is scanned against the class map too
+    (:mod:`.field_train`; the ``field_train`` block of ``corpus.json``).
 
     ``workers`` defaults to the profile's ``audit.workers``, else the CPU count.
     """
@@ -197,6 +200,7 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
                  "files_per_second": round(len(manifest) / result.seconds, 1) if result.seconds else None},
         "support_plot": "corpus/class_support.png",
         "contract_examples_plot": "corpus/contract_examples.png" if manifest["admitted"].any() else None,
+        "field_train": run_field_train(ctx, ch, result.class_map, workers, progress),
     }
     if ctx.is_synthetic:
         from .. import synthetic

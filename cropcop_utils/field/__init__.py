@@ -10,10 +10,16 @@
   label); :mod:`.looks` — attribution measured over the cells; :mod:`.stats` — bootstrap intervals.
 * :mod:`.compare` — a training regime against the baseline on the same rows (paired intervals).
 * :mod:`.figures` and :mod:`.prose` — the chapter's plots and the sentences rendered from its record.
+* :mod:`.relatives` — the cohort photos related to a labelled field-train photo (``--field-train``) in
+  chapter 2's cross-set audit: the "no relative" scores leave them out.
+* :mod:`.curve` — the learning curve (field accuracy against k labelled field photos per class; draws in
+  :mod:`.curve_draws`, fine-tuning in :mod:`.curve_finetune`, figure and prose in :mod:`.curve_figures`).
 * :mod:`.transfer` — the chapter's ``run_chapter``: it calls the modules above and writes ``field/``;
   the model card itself is :mod:`cropcop_utils.card`, the leaf masks :mod:`cropcop_utils.core.masks`.
 """
 
+from .curve import run_curve
+from .curve_figures import curve_headline, curve_table
 from .prose import (
     attribution_table,
     headline,
@@ -26,5 +32,5 @@ from .prose import (
 )
 from .transfer import run_chapter
 
-__all__ = ["attribution_table", "headline", "masks_text", "recall_table", "regime_table", "regime_text",
-           "run_chapter", "state_table", "swap_table"]
+__all__ = ["attribution_table", "curve_headline", "curve_table", "headline", "masks_text", "recall_table",
+           "regime_table", "regime_text", "run_chapter", "run_curve", "state_table", "swap_table"]

@@ -25,14 +25,46 @@ def headline(facts: dict[str, Any]) -> str:
         + ". Lab classes untested "
         f"outside the lab: {', '.join(cohort['untested_classes']) or 'none'}. Intervals: {level} bootstrap."
     ]
+    adapted = facts.get("field_train")
+    if adapted:
+        lines.append(
+            f"The run also has labelled field photos for training (`{adapted['folder']}`); "
+            f"{adapted['cohort_photos_with_relative']} of the cohort's {cohort['admitted']} photos may have "
+            f"been seen in another shot: {adapted['trusted_relative']} have a trusted relative among them "
+            "(a copy, the same leaf shot again: chapter 2's cross-set audit) and "
+            f"{adapted['near_miss_relative']} a near miss on the audit's review list. Each field score is "
+            "also given on the photos with neither."
+        )
     for entry in facts["states"].values():
         field = entry["field"] or {"n": 0}
+        kind = "zero-shot" if facts.get("regime") != "field_adapted" else "after field adaptation"
         lines.append(
             f"- **{entry['label']}**: lab test (same classes) {_ci(entry['lab_test_matched']['accuracy'])}"
-            f" (n = {entry['lab_test_matched']['n']}); field, zero-shot {_ci(field.get('accuracy'))} "
-            f"(n = {field['n']}), macro-F1 {_ci(field.get('macro_f1'))}."
+            f" (n = {entry['lab_test_matched']['n']}); field, {kind} {_ci(field.get('accuracy'))} "
+            f"(n = {field['n']}), macro-F1 {_ci(field.get('macro_f1'))}" + relatives_clause(field) + "."
         )
     return "\n".join(lines)
+
+
+def _points(entry: dict[str, Any]) -> str:
+    """A difference of two shares in percentage points with its interval, or ``n/a (reason)``."""
+    if entry.get("value") is None:
+        return _ci(entry)
+    text = f"{100 * entry['value']:+.1f} points"
+    if entry.get("lo") is not None:
+        text += f" [{100 * entry['lo']:+.1f}, {100 * entry['hi']:+.1f}]"
+    return text
+
+
+def relatives_clause(field: dict[str, Any]) -> str:
+    """``; without a field-train relative …`` for a cohort score of a run with field-train, else ''."""
+    effect = field.get("field_train_relatives")
+    if not effect:
+        return ""
+    unrelated, gap = effect["without_relative"], effect["accuracy_gap"]
+    return (f"; on the {effect['unrelated']} photos with no field-train relative "
+            f"{_ci(unrelated.get('accuracy'))}, macro-F1 {_ci(unrelated.get('macro_f1'))} (whole cohort"
+            f" minus these: {_points(gap)})")
 
 
 def state_table(facts: dict[str, Any]) -> pd.DataFrame:
@@ -48,6 +80,11 @@ def state_table(facts: dict[str, Any]) -> pd.DataFrame:
             "field macro-F1": _ci(field.get("macro_f1")),
             "field n": field.get("n"),
         }
+        effect = field.get("field_train_relatives")
+        if effect:
+            row["field accuracy, no field-train relative"] = _ci(effect["without_relative"]["accuracy"])
+            row["field n, no field-train relative"] = effect["unrelated"]
+            row["accuracy gap (whole − unrelated)"] = _points(effect["accuracy_gap"])
         for source, mapped in (field.get("by_source_label") or {}).items():
             row[f"{source} (by symptom)"] = f"{_ci(mapped['accuracy'])} (n = {mapped['accuracy']['n']})"
         rows.append(row)

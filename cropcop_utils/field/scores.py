@@ -73,13 +73,49 @@ def labels_directly(source_label: str, class_name: str) -> bool:
         return False
 
 
-def field_results(
-    record: pd.DataFrame, cohort: pd.DataFrame, class_names: list[str], params: dict[str, Any]
+def relative_effect(
+    y: np.ndarray, pred: np.ndarray, related: np.ndarray, class_names: list[str], params: dict[str, Any]
 ) -> dict[str, Any]:
-    """Zero-shot results on the cohort: all rows, rows labelled directly, each symptom-mapped source."""
+    """Scores on the cohort photos with no trusted relative in field-train, and how far the whole cohort's
+    accuracy sits above them: the difference (whole − unrelated) with a bootstrap interval over cohort
+    rows, each resample scoring both on the same rows (the unrelated photos are part of the whole)."""
+    level, n_boot, seed = float(params["ci_level"]), int(params["bootstrap"]), int(params["seed"])
+    unrelated = ~related
+    out: dict[str, Any] = {
+        "related": int(related.sum()),
+        "unrelated": int(unrelated.sum()),
+        "without_relative": classification(y[unrelated], pred[unrelated], class_names, params, False),
+        "with_relative": classification(y[related], pred[related], class_names, params, False),
+    }
+    correct = (y == pred).astype(np.float64)
+    if not unrelated.any() or not len(y):
+        out["accuracy_gap"] = interval_record(None, None, level, len(y), "no cohort photo without a relative")
+        return out
+    indices = metrics.bootstrap_indices(len(y), n_boot, seed)
+    picked, kept = correct[indices], unrelated[indices]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gap = picked.mean(1) - (picked * kept).sum(1) / kept.sum(1)
+    point = float(correct.mean() - correct[unrelated].mean())
+    out["accuracy_gap"] = interval_record(point, gap, level, len(y))
+    return out
+
+
+def field_results(
+    record: pd.DataFrame,
+    cohort: pd.DataFrame,
+    class_names: list[str],
+    params: dict[str, Any],
+    relatives: set[str] | None = None,
+) -> dict[str, Any]:
+    """Results on the cohort: all rows, rows labelled directly, each symptom-mapped source and, when the
+    run has a field-train folder (``relatives``: the cohort row_ids with a trusted relative there, from
+    chapter 2's cross-set audit), the photos without such a relative."""
     rows = cohort.set_index("row_id").loc[record["row_id"]]
     y, pred = record["label"].to_numpy(), record["pred"].to_numpy()
     out = classification(y, pred, class_names, params)
+    if relatives is not None:
+        related = record["row_id"].isin(relatives).to_numpy()
+        out["field_train_relatives"] = relative_effect(y, pred, related, class_names, params)
     direct = np.array([labels_directly(source, name)
                        for source, name in zip(rows["source_label"], rows["class_name"], strict=True)])
     out["direct_labels"] = classification(y[direct], pred[direct], class_names, params, per_class=False)

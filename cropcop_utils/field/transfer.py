@@ -37,6 +37,7 @@ from . import attribution as attr
 from . import bench, compare, figures
 from . import composites as comp
 from .looks import FLOAT_STATES, attribution_sets, measure_attribution
+from .relatives import CROSS_GROUPS, CROSS_PAIRS, field_train_relatives
 from .scores import cell_results, classification, confusion_long, field_results, lab_test_records
 from .stats import mean_with_interval
 
@@ -183,7 +184,9 @@ def _scored_regime(
         if field_records is not None:
             record = field_records[name]
             ch.write_parquet(at(f"field/predictions_{name}.parquet"), record)
-            results[name]["field"] = field_results(record, cohort, names, params)
+            related = bench_in["relatives"]
+            seen = None if related is None else related["trusted"] | related["near_miss"]
+            results[name]["field"] = field_results(record, cohort, names, params, seen)
             confusions.append(confusion_long(record, names, name))
             preds[name] = pd.concat([preds[name], record.set_index("row_id")["pred"]])
     if confusions:
@@ -291,9 +294,11 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     donors = bench.LeafSet(frozen.rows_for("train"), Path(ctx.corpus_root))
     manifest = bench.build(ch, lab, cohort, root, donors, int(params["seed"]))
     ch.write_parquet("field/composites.parquet", manifest)
+    relatives = field_train_relatives(ch, ctx) if cohort is not None else None
     bench_in = {
         "names": names,
         "cohort": cohort,
+        "relatives": relatives,
         "root": root,
         "lab": lab,
         "manifest": manifest,
@@ -327,6 +332,14 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         ),
         field_root=None if root is None else str(root),
         cohort=scan_summary,
+        field_train=None if relatives is None else {
+            "folder": str(ctx.field_train_root),
+            "cohort_photos_with_relative": len(relatives["trusted"] | relatives["near_miss"]),
+            "trusted_relative": len(relatives["trusted"]),
+            "near_miss_relative": len(relatives["near_miss"]),
+            "evidence": f"{CROSS_GROUPS} (a leakage group holding a field-train photo) and {CROSS_PAIRS} "
+            "(the review list's rejected but close pairs with a field-train photo)",
+        },
         states=results,
         masks=_mask_summary(iou, params, len(lab.rows)),
         attribution={
@@ -376,6 +389,10 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         classes=names,
         image=ctx.section("image"),
     )
+    # what labelled field photos buy: its own record (field/curve.json), after this chapter's
+    from .curve import run_curve
+
+    run_curve(ctx, progress=bool(options.get("progress", False)))
     from ..card import render as card
 
     card.write_card(ctx.run_dir)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ RECORD_COLUMNS = ["row_id", "label", "pred", "top5_idx", "top5_prob", "margin", 
 class PredictConfig:
     """How rows become batches: the corpus, the loading contract, batch size and device."""
 
-    corpus_root: Path
+    corpus_root: Path | Mapping[str, Path]   # one folder, or a folder per row ``source`` (core.sources)
     spec: ImageSpec
     batch_size: int = 128
     workers: int = 0
@@ -46,8 +46,9 @@ class PredictConfig:
 
     @classmethod
     def from_ctx(cls, ctx: Any, **overrides: Any) -> PredictConfig:
-        """The run's corpus and ``image`` section; the rest from ``overrides``."""
-        return cls(corpus_root=Path(ctx.corpus_root), spec=ImageSpec.from_section(ctx.section("image")),
+        """The run's sources (the corpus, and the field-train folder when the run has one) and ``image``
+        section; the rest from ``overrides``."""
+        return cls(corpus_root=ctx.source_roots, spec=ImageSpec.from_section(ctx.section("image")),
                    **overrides)
 
 

@@ -15,7 +15,7 @@ chapters wrote in their prediction records.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,12 +96,15 @@ def load_states(ch: Chapter, n_classes: int, names: Sequence[str] = STATE_NAMES,
     return {name: load_state(ch, name, n_classes, regime) for name in names}
 
 
-def score_rows(states: dict[str, LoadedState], rows: pd.DataFrame, corpus_root: str | Path,
-               image_section: dict[str, Any], batch_size: int = 32) -> dict[str, pd.DataFrame]:
+def score_rows(states: dict[str, LoadedState], rows: pd.DataFrame,
+               corpus_root: str | Path | Mapping[str, Path], image_section: dict[str, Any],
+               batch_size: int = 32) -> dict[str, pd.DataFrame]:
     """Prediction records (with logits) of ``rows`` (row_id, rel_path, label) under every loaded state.
 
     ``rel_path`` is relative to ``corpus_root``, which need not be the run's corpus (a field cohort,
-    a folder of composites).  Images go through the book's loading contract (``image_section``).
+    a folder of composites), or to the folder of each row's ``source`` when a mapping of folders is
+    given (``RunContext.source_roots``).  Images go through the book's loading contract
+    (``image_section``).
     """
     from ..core.imaging import ImageSpec
     from .predict import PredictConfig, predict
@@ -110,6 +113,7 @@ def score_rows(states: dict[str, LoadedState], rows: pd.DataFrame, corpus_root: 
     records = {}
     for name, state in states.items():
         size = min(batch_size, state.max_batch) if state.max_batch else batch_size
-        cfg = PredictConfig(corpus_root=Path(corpus_root), spec=spec, batch_size=size)
+        root = corpus_root if isinstance(corpus_root, Mapping) else Path(corpus_root)
+        cfg = PredictConfig(corpus_root=root, spec=spec, batch_size=size)
         records[name] = predict(state.forward, rows, cfg, state.sha256, desc=f"{name}")
     return records

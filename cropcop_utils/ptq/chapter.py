@@ -219,7 +219,13 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
     frozen = load_frozen(ch)
     candidates, gate = parse_candidates(params), Gate.from_section(params)
     max_batch, batch_size = int(params["max_batch"]), int(params["batch_size"])
-    train_rows, val_rows = frozen.rows_for("train"), frozen.rows_for("val")
+    # a field-adapted model is calibrated on its own training rows (lab + field) and selected on its own
+    # validation rows: the INT8 ranges must cover the orchard photos it was adapted to
+    with_field = regime.uses_field_train
+    train_rows = frozen.rows_for("train", field_train=with_field)
+    val_rows = frozen.rows_for("val", field_train=with_field)
+    split_rows = pd.concat([frozen.rows_for(s, field_train=with_field) for s in ("train", "val", "test")],
+                           ignore_index=True)
     declared = declaration(candidates, gate, len(train_rows), int(params["calibration_seed"]), max_batch)
     ch.write_json(at("ptq/candidates.json"), declared)  # before any model is quantised
 
@@ -240,17 +246,17 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
         exported = export_dynamic(model, example, max_batch)
     order = calibration_order(train_rows, int(params["calibration_seed"]))
     used = order.head(max(c.effective_rows(len(train_rows)) for c in candidates))
-    assert_train_only(used, frozen.rows)
+    assert_train_only(used, split_rows)
     position = np.arange(len(used))
-    calibration_rows = used[["row_id", "rel_path", "label", "split"]]
+    calibration_rows = used[["row_id", "rel_path", "label", "split", *(["source"] if with_field else [])]]
     ch.write_parquet(at("ptq/calibration_rows.parquet"), calibration_rows.assign(
         position=position,
         **{f"used_by_{c.name}": position < c.effective_rows(len(train_rows)) for c in candidates}))
     results, ops_tables, byte_tables, blobs = [], [], [], {}
     for candidate in candidates:
         calibration = order.head(candidate.effective_rows(len(train_rows)))
-        assert_train_only(calibration, frozen.rows)
-        batches = image_batches(calibration, ctx.corpus_root, spec, batch_size) if candidate.static else []
+        assert_train_only(calibration, split_rows)
+        batches = image_batches(calibration, ctx.source_roots, spec, batch_size) if candidate.static else []
         with ch.native_output(at(NATIVE_LOG)):
             blob, result, ops, stored = evaluate_candidate(ch, exported, candidate, batches, len(calibration),
                                                            val_rows, float_val, val_cfg, example, max_batch,

@@ -9,6 +9,8 @@ The chapter's code, by topic:
   folds per split and the coverage repair (:func:`plan_split`).
 * :mod:`.frozen` — what every later chapter relies on: the zero-crossings check, the integrity errors,
   :class:`FrozenSplit`, :func:`load_frozen` and :func:`read_frozen`.
+* :mod:`.field_train` — field-train photos (``--field-train``) into train / val by the cross-set
+  leakage groups, following the lab split where a group holds a lab photo.
 * :mod:`.locked_test` — the one logged door to the locked test rows.
 """
 
@@ -22,6 +24,14 @@ from .chapter import (
     planted_check,
     plot_split_support,
     run_chapter,
+)
+from .field_train import (
+    FIELD_TRAIN_EXCLUDED,
+    FIELD_TRAIN_FILES,
+    FIELD_TRAIN_SPLIT,
+    FieldTrainPlan,
+    check_field_train,
+    plan_field_train,
 )
 from .frozen import (
     FROZEN_FILES,
@@ -37,7 +47,9 @@ from .frozen import (
 from .plan import SplitInputError, SplitPlan, folds_for, majority_class, parse_fractions, plan_split
 
 __all__ = [
-    "FROZEN_FILES", "QUARANTINE_COLUMNS", "SPLITS", "SPLIT_COLUMNS", "CrossingReport", "FrozenSplit",
+    "FIELD_TRAIN_EXCLUDED", "FIELD_TRAIN_FILES", "FIELD_TRAIN_SPLIT", "FROZEN_FILES", "FieldTrainPlan",
+    "check_field_train", "plan_field_train", "QUARANTINE_COLUMNS", "SPLITS", "SPLIT_COLUMNS",
+    "CrossingReport", "FrozenSplit",
     "LeakageError", "SplitInputError", "SplitIntegrityError", "SplitPlan", "admitted_rows",
     "check_zero_crossings", "folds_for", "frozen_class_map", "inherited_verdict", "load_frozen",
     "majority_class", "parse_fractions", "per_class_table", "plan_split", "planted_check",

@@ -15,8 +15,18 @@ import pandas as pd
 
 from ..core.config import RunContext
 from ..core.evidence import Chapter, sha256_file, sha256_json, verify_artifact
+from .field_train import (
+    CORPUS_FIELD_TRAIN,
+    CROSS_GROUPS,
+    FIELD_TRAIN_EXCLUDED,
+    FIELD_TRAIN_FILES,
+    FIELD_TRAIN_SPLIT,
+    check_field_train,
+    field_train_block,
+    plan_field_train,
+)
 from .frozen import FROZEN_FILES, SPLITS, check_zero_crossings
-from .plan import SplitInputError, SplitPlan, parse_fractions, plan_split
+from .plan import SplitInputError, SplitPlan, parse_fractions, plan_split, require_groups
 
 SPLIT_COLUMNS = ["row_id", "rel_path", "class_name", "label", "group_id", "split"]
 QUARANTINE_COLUMNS = ["row_id", "rel_path", "class_name", "group_id", "reason"]
@@ -29,18 +39,8 @@ def admitted_rows(manifest: pd.DataFrame, groups: pd.DataFrame, corpus_map: dict
     if admitted["row_id"].duplicated().any():
         raise SplitInputError("corpus/manifest.parquet lists an admitted row_id twice; rerun chapter "
                               "'corpus' (01_corpus).")
-    if groups["group_id"].isna().any():
-        raise SplitInputError("audit/groups.parquet has rows without a group_id; rerun chapter 'audit' "
-                              "(02_audit).")
-    if groups["row_id"].duplicated().any():
-        raise SplitInputError("audit/groups.parquet lists a row_id twice; rerun chapter 'audit' (02_audit).")
-    missing = sorted(set(admitted["row_id"]) - set(groups["row_id"]))
-    extra = sorted(set(groups["row_id"]) - set(admitted["row_id"]))
-    if missing or extra:
-        raise SplitInputError(
-            f"audit/groups.parquet does not cover the admitted rows of corpus/manifest.parquet: "
-            f"{len(missing)} admitted row(s) without a group (e.g. {missing[:3]}), {len(extra)} grouped "
-            f"row(s) not admitted (e.g. {extra[:3]}). Rerun chapter 'audit' (02_audit) on this corpus.")
+    require_groups(admitted["row_id"], groups, "audit/groups.parquet",
+                   "the admitted rows of corpus/manifest.parquet")
     known = {c["name"] for c in corpus_map["classes"]}
     unknown = sorted(set(admitted["class_name"]) - known)
     if unknown:
@@ -189,7 +189,9 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     train = table.set_index("class_name")["train"]
     group_sizes = groups["group_id"].value_counts()
     conflict = plan.assignment.groupby("group_id")["class_name"].nunique()
-    fingerprints = {rel: (ch.outputs.get(rel) or ch.inputs[rel]) for rel in FROZEN_FILES}
+    field_train = split_field_train(ctx, ch, params, seed, class_names)
+    frozen_files = FROZEN_FILES + (FIELD_TRAIN_FILES if field_train is not None else ())
+    fingerprints = {rel: (ch.outputs.get(rel) or ch.inputs[rel]) for rel in frozen_files}
     planted = None
     if ctx.is_synthetic and ctx.planted_truth_path.exists():
         from ..synthetic import load_truth
@@ -224,4 +226,36 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         class_map_fingerprint=class_map["fingerprint"],
         fingerprints=fingerprints,
         planted_check=planted,
+        field_train=field_train,
     )
+
+
+def split_field_train(ctx: RunContext, ch: Chapter, params: dict[str, Any], seed: int,
+                      class_names: list[str]) -> dict[str, Any] | None:
+    """Split the run's field-train rows (``--field-train``) after the lab split; None without them.
+
+    Writes ``split/field_train.parquet`` and ``split/field_train_excluded.parquet``, re-reads them from
+    disk for the crossing check and returns the ``field_train`` block of ``split/split.json``."""
+    if ctx.field_train is None:
+        return None
+    if not ch.path(CORPUS_FIELD_TRAIN).exists():
+        raise SplitInputError(f"the run has --field-train {ctx.field_train} but {CORPUS_FIELD_TRAIN} is "
+                              "missing; rerun chapter 'corpus' (01_corpus).")
+    if not ch.path(CROSS_GROUPS).exists():
+        raise SplitInputError(f"the run has --field-train {ctx.field_train} but {CROSS_GROUPS} is missing; "
+                              "rerun chapter 'audit' (02_audit), which groups field-train with the lab "
+                              "corpus.")
+    field_rows = ch.read_parquet(CORPUS_FIELD_TRAIN)
+    cross_groups = ch.read_parquet(CROSS_GROUPS)
+    lab_rows = pd.read_parquet(ch.path("split/split.parquet"))
+    plan = plan_field_train(field_rows, cross_groups, lab_rows, class_names,
+                            params.get("field_train_fractions"), seed)
+    ch.write_parquet(FIELD_TRAIN_SPLIT, plan.rows)
+    ch.write_parquet(FIELD_TRAIN_EXCLUDED, plan.excluded)
+    for rel_path in (FIELD_TRAIN_SPLIT, FIELD_TRAIN_EXCLUDED, CROSS_GROUPS, CORPUS_FIELD_TRAIN):
+        verify_artifact(ctx.run_dir, rel_path)
+    check = check_field_train(pd.read_parquet(ch.path(FIELD_TRAIN_SPLIT)),
+                              pd.read_parquet(ch.path(FIELD_TRAIN_EXCLUDED)),
+                              pd.read_parquet(ch.path(CORPUS_FIELD_TRAIN)),
+                              pd.read_parquet(ch.path(CROSS_GROUPS)), lab_rows)
+    return {"folder": ctx.field_train, **field_train_block(plan, check, class_names, seed)}

@@ -4,7 +4,8 @@
 
 The split's files are read back from disk and checked: zero groups (and zero trusted audit pairs) across
 splits, no row twice, every admitted row either split or quarantined.  ``load_frozen`` repeats the
-fingerprint and crossing checks for every later chapter.
+fingerprint and crossing checks for every later chapter, and, with ``--field-train``, those of the
+field-train split too (:func:`check_field_train`; the split itself is made in :mod:`.field_train`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,15 @@ from typing import Any
 import pandas as pd
 
 from ..core.evidence import Chapter, FingerprintMismatch, sha256_file
+from ..core.sources import FIELD_TRAIN, LAB
 
 SPLITS = ("train", "val", "test")
+FIELD_SPLITS = ("train", "val")  # field-train photos: the scored field cohorts are the field test
+CORPUS_FIELD_TRAIN = "corpus/field_train.parquet"
+CROSS_GROUPS = "audit/cross_groups.parquet"
+FIELD_TRAIN_SPLIT = "split/field_train.parquet"
+FIELD_TRAIN_EXCLUDED = "split/field_train_excluded.parquet"
+FIELD_TRAIN_FILES = (CORPUS_FIELD_TRAIN, CROSS_GROUPS, FIELD_TRAIN_SPLIT, FIELD_TRAIN_EXCLUDED)
 FROZEN_FILES = ("corpus/manifest.parquet", "corpus/class_map.json", "audit/relationships.parquet",
                 "audit/groups.parquet", "split/class_map.json", "split/split.parquet",
                 "split/quarantine.parquet")
@@ -143,6 +151,48 @@ def check_zero_crossings(split_rows: pd.DataFrame, groups: pd.DataFrame,
     return report
 
 
+def check_field_train(field_split: pd.DataFrame, excluded: pd.DataFrame, field_rows: pd.DataFrame,
+                      cross_groups: pd.DataFrame, lab_rows: pd.DataFrame,
+                      raise_on_failure: bool = True) -> dict[str, Any]:
+    """Read-back check of a field-train split: only train/val; every admitted field-train row split or
+    excluded once; no group across train/val; no group beside a lab relative of another split (or of
+    test).  Groups come from ``cross_groups``, never from the split's own column.  Raises
+    :class:`LeakageError` / :class:`SplitIntegrityError` unless ``raise_on_failure`` is False."""
+    group_of = cross_groups.drop_duplicates("row_id").set_index("row_id")["group_id"]
+    bad_split = sorted(field_split.loc[~field_split["split"].isin(FIELD_SPLITS), "row_id"])
+    ids = pd.concat([field_split["row_id"], excluded["row_id"]])
+    double = sorted(set(field_split["row_id"]) & set(excluded["row_id"]))
+    duplicated = sorted(set(ids[ids.duplicated()]) - set(double))
+    unaccounted = sorted(set(field_rows["row_id"]) - set(ids))
+    rows = field_split[["row_id", "split"]].assign(group_id=field_split["row_id"].map(group_of))
+    no_group = sorted(rows.loc[rows["group_id"].isna(), "row_id"])
+    lab = lab_rows[["row_id", "split"]].assign(group_id=lab_rows["row_id"].map(group_of)).dropna()
+    both = pd.concat([rows.dropna(), lab[lab["group_id"].isin(set(rows["group_id"].dropna()))]])
+    per_group = both.groupby("group_id")["split"].agg(lambda s: sorted(set(s)))
+    crossing = [{"group_id": _plain(g), "splits": s} for g, s in per_group.items()
+                if len(s) > 1 or "test" in s]
+    report = {"ok": not (crossing or bad_split or double or duplicated or unaccounted or no_group),
+              "rows_checked": len(field_split), "groups_checked": int(len(per_group)),
+              "groups_across_splits": len(crossing),
+              "rows_in_test": int((field_split["split"] == "test").sum()),
+              "rows_outside_train_val": len(bad_split), "double_booked_rows": len(double),
+              "duplicate_rows": len(duplicated), "unaccounted_rows": len(unaccounted),
+              "rows_without_group": len(no_group)}
+    report["verdict"] = "zero crossings" if report["ok"] else "FAILED"
+    if raise_on_failure and crossing:
+        shown = "; ".join(f"group {g['group_id']} in {'+'.join(g['splits'])}" for g in crossing[:10])
+        raise LeakageError(f"{FIELD_TRAIN_SPLIT} leaks: {len(crossing)} cross-set group(s) span more than "
+                           f"one split or reach lab test: {shown}. Rerun chapter 'split' (03_split).")
+    if raise_on_failure and not report["ok"]:
+        raise SplitIntegrityError(
+            f"{FIELD_TRAIN_SPLIT} is inconsistent: {len(bad_split)} row(s) outside train/val, "
+            f"{len(double)} both split and excluded, {len(duplicated)} listed twice, {len(unaccounted)} "
+            f"admitted field-train row(s) neither split nor excluded, {len(no_group)} without a group. "
+            "Rerun chapter 'split' (03_split) from the current corpus and audit.")
+    return report
+
+
+
 # --------------------------------------------------------------------------- frozen split
 @dataclass
 class FrozenSplit:
@@ -151,12 +201,28 @@ class FrozenSplit:
     class_names: list[str]
     split_json: dict[str, Any]
     crossings: CrossingReport
+    field_train: pd.DataFrame | None = None  # split/field_train.parquet; None when the run has none
 
-    def rows_for(self, split_name: str) -> pd.DataFrame:
-        """The rows of one split.  "test" rows are for counting; models read them via locked_test."""
+    def rows_for(self, split_name: str, field_train: bool = False) -> pd.DataFrame:
+        """The lab rows of one split.  "test" rows are for counting; models read them via locked_test.
+
+        With ``field_train``: those lab rows and the field-train rows of the same split (there are no
+        field-train test rows), every row with a ``source`` column (``"lab"`` / ``"field_train"``) for
+        :func:`cropcop_utils.core.squares.row_paths`.  Lab groups (``audit/groups.parquet``) and cross-set
+        groups (``audit/cross_groups.parquet``) are numbered apart, so ``group_id`` is then a string
+        naming its numbering: ``lab:<id>`` or ``cross:<id>``."""
         if split_name not in SPLITS:
             raise KeyError(f"unknown split {split_name!r}; expected one of {SPLITS}")
-        return self.rows[self.rows["split"] == split_name].reset_index(drop=True)
+        lab = self.rows[self.rows["split"] == split_name].reset_index(drop=True)
+        if not field_train:
+            return lab
+        if self.field_train is None:
+            raise ValueError("this run's split has no field-train rows: open the run with --field-train "
+                             "and rerun chapters 'corpus' to 'split' (01-03)")
+        field = self.field_train[self.field_train["split"] == split_name]
+        return pd.concat([lab.assign(source=LAB, group_id="lab:" + lab["group_id"].astype(str)),
+                          field.assign(source=FIELD_TRAIN, group_id="cross:" + field["group_id"].astype(str))
+                          [[*lab.columns, "source"]]], ignore_index=True)
 
 
 def _verify_fingerprint(ch: Chapter, rel_path: str, recorded: str) -> None:
@@ -188,12 +254,7 @@ def load_frozen(ch: Chapter) -> FrozenSplit:
                                   f"(03_split) before chapter '{ch.name}'.")
     split_json = ch.read_json("split/split.json")
     fingerprints = split_json.get("fingerprints", {})
-    absent = [name for name in FROZEN_FILES if name not in fingerprints]
-    if absent:
-        raise FingerprintMismatch(f"split/split.json records no fingerprint for {absent}; rerun chapter "
-                                  "'split' (03_split).")
-    for rel_path in FROZEN_FILES:
-        _verify_fingerprint(ch, rel_path, fingerprints[rel_path])
+    _verify_recorded(ch, fingerprints, FROZEN_FILES)
     rows = pd.read_parquet(ch.path("split/split.parquet"))
     class_map = ch.read_json("split/class_map.json", fingerprints["split/class_map.json"])
     crossings = check_zero_crossings(
@@ -202,12 +263,41 @@ def load_frozen(ch: Chapter) -> FrozenSplit:
         relationships=pd.read_parquet(ch.path("audit/relationships.parquet")), raise_on_failure=False)
     crossings.raise_if_failed("split/split.parquet")
     class_names = [c["name"] for c in sorted(class_map["classes"], key=lambda c: c["index"])]
+    _check_labels(rows, class_names, "split/split.parquet")
+    field_train = _load_field_train(ch, split_json, fingerprints, rows, class_names)
+    return FrozenSplit(rows=rows, class_map=class_map, class_names=class_names, split_json=split_json,
+                       crossings=crossings, field_train=field_train)
+
+
+def _verify_recorded(ch: Chapter, fingerprints: dict[str, str], names: tuple[str, ...]) -> None:
+    """Every file of ``names`` has a fingerprint in split.json and still matches it."""
+    absent = [name for name in names if name not in fingerprints]
+    if absent:
+        raise FingerprintMismatch(f"split/split.json records no fingerprint for {absent}; rerun chapter "
+                                  "'split' (03_split).")
+    for rel_path in names:
+        _verify_fingerprint(ch, rel_path, fingerprints[rel_path])
+
+
+def _check_labels(rows: pd.DataFrame, class_names: list[str], rel_path: str) -> None:
     expected = rows["class_name"].map({name: i for i, name in enumerate(class_names)})
     if expected.isna().any() or (expected != rows["label"]).any():
-        raise SplitIntegrityError("split/split.parquet labels disagree with split/class_map.json; rerun "
+        raise SplitIntegrityError(f"{rel_path} labels disagree with split/class_map.json; rerun "
                                   "chapter 'split' (03_split).")
-    return FrozenSplit(rows=rows, class_map=class_map, class_names=class_names, split_json=split_json,
-                       crossings=crossings)
+
+
+def _load_field_train(ch: Chapter, split_json: dict[str, Any], fingerprints: dict[str, str],
+                      lab_rows: pd.DataFrame, class_names: list[str]) -> pd.DataFrame | None:
+    """The field-train split, its files verified and its crossings re-checked; None when the run has none."""
+    if not split_json.get("field_train"):
+        return None
+    _verify_recorded(ch, fingerprints, FIELD_TRAIN_FILES)
+    rows = pd.read_parquet(ch.path(FIELD_TRAIN_SPLIT))
+    check_field_train(rows, pd.read_parquet(ch.path(FIELD_TRAIN_EXCLUDED)),
+                      pd.read_parquet(ch.path(CORPUS_FIELD_TRAIN)), pd.read_parquet(ch.path(CROSS_GROUPS)),
+                      lab_rows)
+    _check_labels(rows, class_names, FIELD_TRAIN_SPLIT)
+    return rows
 
 
 def read_frozen(run_dir: str | os.PathLike) -> tuple[FrozenSplit, dict[str, str]]:

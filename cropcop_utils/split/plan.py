@@ -119,10 +119,7 @@ def plan_split(rows: pd.DataFrame, fractions: dict[str, float], seed: int,
         raise SplitInputError(f"every class has fewer than {n_folds} images (the largest: {largest}), the "
                               f"folds a {fractions} split is cut from; the corpus (or its sample, "
                               "corpus.sample_fraction) is too small for these fractions.")
-    fold = _fold_of_rows(live, n_folds, seed)
-    classes = sorted(live["class_name"].unique())
-    counts = pd.crosstab(fold, live["class_name"]).reindex(index=range(n_folds), columns=classes,
-                                                           fill_value=0).to_numpy(float)
+    fold, counts = fold_counts(live, n_folds, seed)
     test_folds = _best_folds(counts, list(range(n_folds)), per_split["test"], fractions["test"],
                              min_per_split, rest_need=2 * min_per_split)
     rest = [f for f in range(n_folds) if f not in test_folds]
@@ -182,6 +179,30 @@ _HOOK_ARGS = list(inspect.signature(_HOOK).parameters) if callable(_HOOK) else [
 GroupedSplitter = (VectorisedStratifiedGroupKFold
                    if _HOOK_ARGS == ["self", "y_counts_per_fold", "y_cnt", "group_y_counts"]
                    else StratifiedGroupKFold)
+
+
+def require_groups(row_ids: pd.Series, grouped: pd.DataFrame, groups_file: str, rows_name: str) -> None:
+    """Every one of ``row_ids`` has exactly one leakage group in ``grouped`` (row_id, group_id) and no other
+    row has one; refuses naming ``groups_file`` and what to rerun."""
+    if grouped["row_id"].duplicated().any() or grouped["group_id"].isna().any():
+        raise SplitInputError(f"{groups_file} lists a row_id twice or a row without a group_id; rerun "
+                              "chapter 'audit' (02_audit).")
+    missing = sorted(set(row_ids) - set(grouped["row_id"]))
+    extra = sorted(set(grouped["row_id"]) - set(row_ids))
+    if missing or extra:
+        raise SplitInputError(
+            f"{groups_file} does not cover {rows_name}: {len(missing)} row(s) without a group (e.g. "
+            f"{missing[:3]}), {len(extra)} grouped row(s) not admitted (e.g. {extra[:3]}). Rerun chapter "
+            "'audit' (02_audit) after chapter 'corpus' (01_corpus).")
+
+
+def fold_counts(rows: pd.DataFrame, n_folds: int, seed: int) -> tuple[pd.Series, np.ndarray]:
+    """Each row's grouped, stratified fold and the rows per fold and class (folds x sorted classes)."""
+    fold = _fold_of_rows(rows, n_folds, seed)
+    classes = sorted(rows["class_name"].unique())
+    counts = pd.crosstab(fold, rows["class_name"]).reindex(index=range(n_folds), columns=classes,
+                                                           fill_value=0).to_numpy(float)
+    return fold, counts
 
 
 def _fold_of_rows(rows: pd.DataFrame, n_folds: int, seed: int) -> pd.Series:

@@ -27,6 +27,7 @@ from ..core import checkpoint as ckpt
 from ..core.config import RunContext, reopen_run
 from ..core.evidence import Chapter, sha256_file
 from ..core.imaging import ImageSpec
+from ..core.sources import FIELD_TRAIN
 from ..split import locked_test
 from . import regimes
 from .regimes import BACKGROUND_ROBUST, BASELINE, Regime
@@ -69,15 +70,20 @@ def train_model(ctx: RunContext, kind: str, frozen: Any = None, progress: bool =
     the trainer's summary.  ``robust`` is the background-robust regime's prepared inputs (made here when
     that regime is asked for without them)."""
     from ..core.distributed import DistEnv, init_distributed
-    from ..split import load_frozen
+    from ..split import FIELD_TRAIN_SPLIT, load_frozen
     from .job import Job
     from .trainer import Trainer
 
     regime = regime or regime_named(ctx, None)
-    config = resolve_config(ctx.section("training"), kind)
+    config = resolve_config(ctx.section("training"), kind, regime.name)
     if frozen is None:
         frozen = load_frozen(Chapter(ctx.run_dir, FOLDER))
     paste = None
+    with_field = regime.uses_field_train
+    if with_field:
+        # which labelled field photos, split how, determine the weights as much as the lab split does
+        config["regime"] = {"name": regime.name,
+                            "field_train_split_sha256": frozen.split_json["fingerprints"][FIELD_TRAIN_SPLIT]}
     if regime.name == BACKGROUND_ROBUST:
         robust = robust or robust_inputs(ctx, frozen, config, progress)
         paste = robust.paste
@@ -99,8 +105,8 @@ def train_model(ctx: RunContext, kind: str, frozen: Any = None, progress: bool =
     out_dir = model_dir(ctx.run_dir, kind, regime)
     out_dir.mkdir(parents=True, exist_ok=True)
     job = Job(kind=kind, config=config, spec=ImageSpec.from_section(ctx.section("image")),
-              corpus_root=Path(ctx.corpus_root), train_rows=frozen.rows_for("train"),
-              val_rows=frozen.rows_for("val"), class_names=list(frozen.class_names),
+              corpus_root=ctx.source_roots, train_rows=frozen.rows_for("train", field_train=with_field),
+              val_rows=frozen.rows_for("val", field_train=with_field), class_names=list(frozen.class_names),
               data_fingerprints=dict(frozen.split_json["fingerprints"]), out_dir=out_dir,
               teacher_path=teacher_path, teacher_sha256=teacher_sha, progress=progress, env=env, paste=paste)
     return Trainer(job).fit()
@@ -132,7 +138,8 @@ def score_model(ctx: RunContext, ch: Chapter, frozen: Any, kind: str, config: di
     cfg = PredictConfig.from_ctx(ctx, batch_size=int(config["eval_batch_size"]),
                                  workers=int(config["workers"]), device=device, progress=progress)
     # val: the trainer's decoded squares of the same files, when it ran in this process (data.SquareCache)
-    val = predict(model, frozen.rows_for("val"), replace(cfg, cache=True), sha, desc=f"{kind}: val")
+    val_rows = frozen.rows_for("val", field_train=(regime or Regime(BASELINE, True)).uses_field_train)
+    val = predict(model, val_rows, replace(cfg, cache=True), sha, desc=f"{kind}: val")
     ch.write_parquet(f"{folder}/predictions_val.parquet", val)
     test_rel = f"{folder}/predictions_test.parquet"
     if same_state(ch.path(test_rel), sha, frozen.rows_for("test")["row_id"]) and \
@@ -144,7 +151,11 @@ def score_model(ctx: RunContext, ch: Chapter, frozen: Any, kind: str, config: di
     ch.write_parquet(test_rel, test)
     for name in ("best.pt", "last.pt", "history.parquet"):
         ch.record_output(f"{folder}/{name}")
-    return {"state": state, "sha256": sha, "val": score(val), "test": score(test)}
+    by_source = None
+    if "source" in val_rows:  # lab val and field val, each scored on its own rows as well
+        source = val["row_id"].map(val_rows.set_index("row_id")["source"])
+        by_source = {name: score(val[(source == name).to_numpy()]) for name in sorted(set(source))}
+    return {"state": state, "sha256": sha, "val": score(val), "val_by_source": by_source, "test": score(test)}
 
 
 def model_record(summary: dict[str, Any], scored: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +171,8 @@ def model_record(summary: dict[str, Any], scored: dict[str, Any], config: dict[s
         "hyperparameters": config, "config_fingerprint": summary["config_fingerprint"],
         "best_epoch": int(state["epoch"]), "best_weights": state["weights"],
         "val_macro_f1": float(state["val_macro_f1"]), "val_acc": float(state["val_acc"]),
-        "val_records": scored["val"], "test_acc": scored["test"]["accuracy"],
+        "val_records": scored["val"], "val_by_source": scored.get("val_by_source"),
+        "test_acc": scored["test"]["accuracy"],
         "test_macro_f1": scored["test"]["macro_f1"], "test_rows": scored["test"]["n"],
         "checkpoint_sha256": scored["sha256"], "epochs": summary["epoch"], "steps": summary["global_step"],
         "steps_per_epoch": summary["steps_per_epoch"], "resumes": summary["resumes"],
@@ -181,7 +193,7 @@ def train_regime(ctx: RunContext, ch: Chapter, frozen: Any, regime: Regime,
         ch.outputs.update(robust.record.pop("outputs"))
     models: dict[str, Any] = {}
     for kind in MODELS:
-        config = resolve_config(ctx.section("training"), kind)
+        config = resolve_config(ctx.section("training"), kind, regime.name)
         summary = train_model(ctx, kind, frozen=frozen, progress=progress, regime=regime, robust=robust)
         if "regime" in summary["config"]:
             config = {**config, "regime": summary["config"]["regime"]}
@@ -225,7 +237,21 @@ def run_chapter(ctx: RunContext, progress: bool = True) -> dict[str, Any]:
                   "raw or EMA weights, whichever scores higher",
         test_access=accesses[accesses["model_state"].isin(states)].to_dict("records"),
         splits={name: len(frozen.rows_for(name)) for name in ("train", "val", "test")},
+        field_train_splits=field_train_counts(frozen) if any(r.uses_field_train for r in items) else None,
     )
+
+
+def field_train_counts(frozen: Any) -> dict[str, Any]:
+    """The labelled field photos a field-adapted regime trained (``train``) and was selected (``val``) on,
+    in all and per class: the k of the card and of the learning curve."""
+    out: dict[str, Any] = {}
+    for name in ("train", "val"):
+        rows = frozen.rows_for(name, field_train=True)
+        field = rows[rows["source"] == FIELD_TRAIN]
+        out[name] = len(field)
+        counts = field["class_name"].value_counts().sort_index()
+        out[f"{name}_per_class"] = {c: int(n) for c, n in counts.items()}
+    return out
 
 
 def penalty_decision(ctx: RunContext, ch: Chapter, frozen: Any, trained: dict[str, Any]) -> dict[str, Any]:

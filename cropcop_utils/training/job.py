@@ -6,6 +6,7 @@ device / mixed-precision rules are plain functions of the configuration.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ class Job:
     kind: str
     config: dict[str, Any]
     spec: ImageSpec
-    corpus_root: Path
+    corpus_root: Path | Mapping[str, Path]   # one folder, or a folder per row ``source`` (core.sources)
     train_rows: pd.DataFrame
     val_rows: pd.DataFrame
     class_names: list[str]

@@ -15,7 +15,7 @@ from typing import Any
 from ..core.config import RunContext, deep_merge
 from ..nets.pretrained import PACKAGE_WEIGHTS, has_package_weights
 from . import regimes
-from .regimes import BASELINE, Regime
+from .regimes import BASELINE, FIELD_ADAPTED, Regime
 
 MODELS = ("reference", "compact")
 FOLDER = "training"
@@ -54,7 +54,11 @@ DEFAULTS: dict[str, Any] = {
 # Keys of the training section that are not model hyper-parameters: the per-model sections, their
 # weights, and the regimes (.regimes, .regimes.backgrounds).
 _SECTION_ONLY = {"reference", "compact", "reference_weights", "compact_weights", "regime", "shipped_regime",
-                 "background_robust", "attribution_penalty"}
+                 "background_robust", "attribution_penalty", FIELD_ADAPTED}
+# Regimes whose section overrides the models' hyper-parameters (shared keys, then ``reference:`` /
+# ``compact:``): field adaptation trains on ~3x the rows of another kind of photo, so its epochs and
+# augmentation are chosen on its own validation.
+OVERRIDING_REGIMES = (FIELD_ADAPTED,)
 
 
 class TrainingConfigError(ValueError):
@@ -62,17 +66,24 @@ class TrainingConfigError(ValueError):
 
 
 # --------------------------------------------------------------------------- configuration
-def resolve_config(section: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The full configuration of one model: defaults < shared keys < the model's own section."""
+def resolve_config(section: dict[str, Any], kind: str, regime: str | None = None) -> dict[str, Any]:
+    """The full configuration of one model: defaults < shared keys < the model's own section, then, for
+    a regime of :data:`OVERRIDING_REGIMES`, < the regime's shared keys < the regime's model section."""
     if kind not in MODELS:
         raise TrainingConfigError(f"unknown model {kind!r}; choose one of {MODELS}")
     shared = {k: v for k, v in section.items() if k not in _SECTION_ONLY}
     own = dict(section.get(kind) or {})
-    for where, part in (("training", shared), (f"training.{kind}", own)):
+    parts = [("training", shared), (f"training.{kind}", own)]
+    if regime in OVERRIDING_REGIMES:
+        overrides = dict(section.get(regime) or {})
+        parts += [(f"training.{regime}", {k: v for k, v in overrides.items() if k not in MODELS}),
+                  (f"training.{regime}.{kind}", dict(overrides.get(kind) or {}))]
+    config = dict(DEFAULTS)
+    for where, part in parts:
         unknown = sorted(set(part) - set(DEFAULTS))
         if unknown:
             raise TrainingConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(DEFAULTS)}")
-    config = deep_merge(deep_merge(DEFAULTS, shared), own)
+        config = deep_merge(config, part)
     weights = section.get(f"{kind}_weights")
     if weights == PACKAGE_WEIGHTS:
         if not has_package_weights(config["arch"]):

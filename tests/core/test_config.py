@@ -126,3 +126,31 @@ def test_parameter_sections_refuse_unknown_keys_by_name_and_read_lists_as_tuples
         RobustParams.from_dict({"lite": [0.7, 1.2]})
     params = RobustParams.from_dict({"light": [0.7, 1.2]})
     assert params.light == (0.7, 1.2) and params.gamma == RobustParams().gamma
+
+
+def test_field_train_is_recorded_absolute_reused_and_a_different_one_refused(tmp_path, monkeypatch):
+    from cropcop_utils.core.sources import FIELD_TRAIN, LAB
+
+    corpus, photos = tmp_path / "lab", tmp_path / "orchard_train"
+    corpus.mkdir()
+    photos.mkdir()
+    monkeypatch.chdir(tmp_path)
+    ctx = config.open_run(tmp_path / "run", profile="smoke", data=str(corpus), field_train="orchard_train")
+    assert ctx.params["field_train"] == str(photos.resolve()) and ctx.field_train_root == photos.resolve()
+    assert ctx.source_roots == {LAB: corpus.resolve(), FIELD_TRAIN: photos.resolve()}
+    recorded = yaml.safe_load((tmp_path / "run" / config.PARAMS_NAME).read_text())["params"]
+    assert recorded["field_train"] == str(photos.resolve())
+    again = config.open_run(tmp_path / "run", profile="smoke", data=str(corpus))  # a notebook reopening it
+    assert again.fingerprint == ctx.fingerprint and again.field_train == ctx.field_train
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(RunFolderConflict, match="field-train"):
+        config.open_run(tmp_path / "run", profile="smoke", data=str(corpus), field_train=str(other))
+    with pytest.raises(FileNotFoundError, match="--field-train .*nope: no such folder"):
+        config.open_run(tmp_path / "run2", profile="smoke", data=str(corpus), field_train=tmp_path / "nope")
+    assert not (tmp_path / "run2").exists()
+    plain = config.open_run(tmp_path / "run3", profile="smoke", data=str(corpus))
+    assert plain.field_train is None and plain.field_train_root is None
+    assert plain.source_roots == {LAB: corpus.resolve()}
+    with pytest.raises(RunFolderConflict, match="field-train"):  # a run made without it refuses one later
+        config.open_run(tmp_path / "run3", profile="smoke", data=str(corpus), field_train=str(photos))

@@ -37,3 +37,21 @@ def test_square_caches_of_the_same_files_share_one_threaded_decode(tmp_path, mon
     assert len(decoded) == 7 and all(n == 2 for n in decoded.values())
     off = squares.SquareCache(paths, 24, enabled=False)
     assert all(a is None for a in off.arrays)
+
+
+def test_row_paths_resolve_each_row_under_its_source_root(tmp_path):
+    import pandas as pd
+    import pytest
+
+    from cropcop_utils.core.sources import FIELD_TRAIN, LAB
+
+    lab, orchard = tmp_path / "lab", tmp_path / "orchard"
+    rows = pd.DataFrame({"rel_path": ["a/1.jpg", "a/1.jpg", "b/2.jpg"], "source": [LAB, FIELD_TRAIN, LAB]})
+    roots = {LAB: lab, FIELD_TRAIN: orchard}
+    assert squares.row_paths(rows, roots) == [lab / "a/1.jpg", orchard / "a/1.jpg", lab / "b/2.jpg"]
+    # a single root, or rows without a source column, behave as before: every row under the lab root
+    assert squares.row_paths(rows, lab) == [lab / "a/1.jpg", lab / "a/1.jpg", lab / "b/2.jpg"]
+    plain = rows.drop(columns="source")
+    assert squares.row_paths(plain, roots) == squares.row_paths(plain, lab)
+    with pytest.raises(ValueError, match=r"\['field_train'\] have no image folder.*--field-train"):
+        squares.row_paths(rows, {LAB: lab})

@@ -80,3 +80,59 @@ def test_chapters_10_and_11_run_on_a_content_hash_sample_of_real_orchard_photos(
         assert block["accuracy_all"]["value"] == pytest.approx(scored)  # the same predictions
     assert abstention["deployment"]["field"]["n"] == len(rows)
     assert card.audit_card(run) == []  # every number on the card (field block included) maps to the JSON
+
+
+@pytest.mark.slow
+def test_the_field_adapted_regime_runs_the_chain_beside_the_baseline(apple_field_smoke_book):
+    run = Path(apple_field_smoke_book["run_dir"])
+    split = json.loads((run / "split/split.json").read_text())
+    field_split = pd.read_parquet(run / "split/field_train.parquet")
+    counts = field_split["split"].value_counts().to_dict()
+    assert set(counts) == {"train", "val"} and min(counts.values()) > 0
+
+    # chapter 5: the adapted regime trained on lab + field train rows, was selected on lab + field val,
+    # and says which field-train split it used; the baseline saw no field photo
+    training = json.loads((run / "training/training.json").read_text())
+    assert training["shipped_regime"] == "field_adapted" and set(training["regimes"]) == {"baseline",
+                                                                                           "field_adapted"}
+    assert training["field_train_splits"]["train"] == counts["train"]
+    assert training["field_train_splits"]["val"] == counts["val"]
+    adapted = training["regimes"]["field_adapted"]["models"]
+    baseline = training["regimes"]["baseline"]["models"]
+    lab_val = training["splits"]["val"]
+    for kind in ("reference", "compact"):
+        regime = adapted[kind]["hyperparameters"]["regime"]
+        assert regime == {"name": "field_adapted",
+                          "field_train_split_sha256": split["fingerprints"]["split/field_train.parquet"]}
+        assert adapted[kind]["val_by_source"]["field_train"]["n"] == counts["val"]
+        assert adapted[kind]["val_by_source"]["lab"]["n"] == lab_val
+        assert baseline[kind]["val_by_source"] is None and "regime" not in baseline[kind]["hyperparameters"]
+    val = pd.read_parquet(run / "training/compact/predictions_val.parquet")
+    assert len(val) == lab_val + counts["val"]
+    assert len(pd.read_parquet(run / "training/baseline/compact/predictions_val.parquet")) == lab_val
+
+    # chapter 6 calibrates the adapted model on its own training rows, field photos among them
+    calibration = pd.read_parquet(run / "ptq/calibration_rows.parquet")
+    assert set(calibration["split"]) == {"train"} and "field_train" in set(calibration["source"])
+    assert set(calibration.loc[calibration["source"] == "field_train", "row_id"]) <= set(
+        field_split.loc[field_split["split"] == "train", "row_id"])
+
+    # chapter 10: each state's cohort score also on the photos with no field-train relative
+    field = json.loads((run / "field/field.json").read_text())
+    groups = pd.read_parquet(run / "audit/cross_groups.parquet")
+    assert field["field_train"]["folder"] == str(Path(apple_field_smoke_book["field_train_root"]).resolve())
+    with_train = set(groups.loc[groups["set"] == "field_train", "group_id"])
+    trusted = groups["set"].str.startswith("cohort:") & groups["group_id"].isin(with_train)
+    assert field["field_train"]["trusted_relative"] == int(trusted.sum())
+    for state, entry in field["states"].items():
+        effect = entry["field"]["field_train_relatives"]
+        assert effect["related"] == field["field_train"]["cohort_photos_with_relative"], state
+        assert effect["related"] + effect["unrelated"] == entry["field"]["n"]
+    assert set(field["regimes"]) == {"baseline", "field_adapted"} and field["regime"] == "field_adapted"
+
+    # chapter 11 fits the adapted model's temperature and thresholds on its own val rows (lab + field)
+    abstention = json.loads((run / "abstention/abstention.json").read_text())
+    assert abstention["figures"]["n_val"] == lab_val + counts["val"]
+    card_text = (run / "field/card.md").read_text()
+    assert "after adaptation with labelled field photos" in card_text and "Where the claim stops" in card_text
+    assert card.audit_card(run) == []

@@ -116,3 +116,66 @@ def fresh_copy(frozen, tmp_path: Path) -> Path:
     target = tmp_path / "run"
     shutil.copytree(ctx.run_dir, target)
     return target
+
+
+# --------------------------------------------------------------------------- field-train
+FIELD_CLASSES = {"Tomato___healthy": 60, "Tomato___Late_blight": 50, "Tomato___Early_blight": 40,
+                 "Tomato___Leaf_Mold": 30}
+
+
+def field_train_tables(admitted: pd.DataFrame, seed: int = 3) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Admitted field-train rows (chapter 1's columns) and cross-set groups (chapter 2's columns).
+
+    Field photos come in series (groups of 1-4); every fifth series also holds a lab photo of its class
+    (its lab group joins the cross group), one photo shares a group with lab photos of two lab groups,
+    two photos are of a class the lab split quarantines (two groups only), and a cohort photo joins one
+    series (a relative in the scored cohort changes nothing here)."""
+    rng = np.random.default_rng(seed)
+    lab_groups = admitted.groupby("class_name")["group_id"].unique()
+    rows, cross_of_field, k = [], [], 0
+    for name, n in FIELD_CLASSES.items():
+        left, series = n, 0
+        while left > 0:
+            size = min(left, int(rng.integers(1, 5)))
+            lab_group = lab_groups[name][series % len(lab_groups[name])] if series % 5 == 0 else None
+            for _ in range(size):
+                rows.append({"rel_path": f"{name}/ft_{k}.jpg", "class_name": name})
+                cross_of_field.append(f"lab{lab_group}" if lab_group is not None else f"ft{name}{series}")
+                k += 1
+            left, series = left - size, series + 1
+    for j in range(2):
+        rows.append({"rel_path": f"Tomato___one_leaf/ft_one_{j}.jpg", "class_name": "Tomato___one_leaf"})
+        cross_of_field.append(f"ftone{j}")
+    field = pd.DataFrame(rows)
+    field["row_id"] = field["rel_path"].map(lambda rel: evidence.row_id(f"field_train/{rel}"))
+    names = sorted(set(admitted["class_name"]))
+    field["label"] = field["class_name"].map({n: i for i, n in enumerate(names)}).astype("int64")
+    field["source_label"] = field["class_name"]
+    field["sha256"], field["width"], field["height"] = "0" * 64, 64, 64
+    lab_cross = admitted.assign(set="lab", group_id="lab" + admitted["group_id"].astype(str))
+    # one field photo ties two lab groups of its class together
+    bridge = field.index[field["class_name"] == "Tomato___healthy"][-1]
+    first, second = lab_groups["Tomato___healthy"][:2]
+    cross_of_field[bridge] = f"lab{first}"
+    lab_cross.loc[lab_cross["group_id"] == f"lab{second}", "group_id"] = f"lab{first}"
+    cross = pd.concat([
+        lab_cross[["row_id", "set", "rel_path", "group_id"]],
+        pd.DataFrame({"row_id": field["row_id"], "set": "field_train", "rel_path": field["rel_path"],
+                      "group_id": cross_of_field}),
+        pd.DataFrame({"row_id": [evidence.row_id("field/Tomato___healthy/c.jpg")], "set": ["cohort:orchard"],
+                      "rel_path": ["Tomato___healthy/c.jpg"], "group_id": [cross_of_field[0]]}),
+    ], ignore_index=True)
+    return field[["row_id", "rel_path", "class_name", "label", "source_label", "sha256", "width",
+                  "height"]], cross
+
+
+def make_field_run(run_dir: Path, photos: Path, overrides: dict | None = None) -> config.RunContext:
+    """A planted run opened with --field-train, with chapter 1's and chapter 2's field-train tables."""
+    photos.mkdir(parents=True, exist_ok=True)
+    ctx = config.open_run(run_dir, profile="smoke", overrides=overrides, field_train=str(photos))
+    admitted, rejected = planted_corpus()
+    write_upstream(ctx.run_dir, admitted, rejected)
+    field, cross = field_train_tables(admitted)
+    Chapter(ctx.run_dir, "corpus").write_parquet("corpus/field_train.parquet", field)
+    Chapter(ctx.run_dir, "audit").write_parquet("audit/cross_groups.parquet", cross)
+    return ctx

@@ -37,3 +37,20 @@ def test_profiles_resolve_and_bad_training_sections_are_refused():
 def test_raw_eval_must_be_final_or_every():
     with pytest.raises(train.TrainingConfigError, match="raw_eval"):
         train.resolve_config({"raw_eval": "sometimes", "reference": {"arch": "test_resnet"}}, "reference")
+
+
+def test_the_field_adapted_regime_overrides_only_its_own_models():
+    section = {"epochs": 2, "lr": 1e-3, "reference": {"arch": "test_resnet", "epochs": 3},
+               "compact": {"arch": "test_resnet"},
+               "field_adapted": {"lr": 5e-4, "reference": {"epochs": 6}, "compact": {"imbalance": "sampler"}}}
+    plain = {kind: train.resolve_config(section, kind) for kind in train.MODELS}
+    adapted = {kind: train.resolve_config(section, kind, "field_adapted") for kind in train.MODELS}
+    assert (plain["reference"]["epochs"], plain["reference"]["lr"]) == (3, 1e-3)
+    assert (adapted["reference"]["epochs"], adapted["reference"]["lr"]) == (6, 5e-4)
+    assert (adapted["compact"]["epochs"], adapted["compact"]["imbalance"]) == (2, "sampler")
+    assert plain["compact"]["imbalance"] == "none"
+    # another regime's name never picks up the field-adapted section
+    assert train.resolve_config(section, "reference", "baseline") == plain["reference"]
+    with pytest.raises(train.TrainingConfigError, match=r"training\.field_adapted\.compact.*learning_rate"):
+        train.resolve_config({**section, "field_adapted": {"compact": {"learning_rate": 1}}}, "compact",
+                             "field_adapted")

@@ -22,7 +22,7 @@ def test_a_dataloader_worker_distils_the_same_compact_model(tmp_path, monkeypatc
     shutil.rmtree(compact.parent)
     resolve = train.resolve_config
     monkeypatch.setattr(train, "resolve_config",
-                        lambda section, kind: {**resolve(section, kind), "workers": 1})
+                        lambda section, kind, regime=None: {**resolve(section, kind, regime), "workers": 1})
     train.train_model(ctx, "compact", progress=False)
     with_worker = ckpt.load(compact)
     for part in ("model", "ema"):

@@ -1,7 +1,9 @@
 """Training regimes: which ones a run trains, which one ships, and where each regime's files live.
 
 A regime is a way of training the same pair of models (``baseline``: the lab photos as they are;
-``background_robust``: lab leaves cut out and pasted on other backgrounds, :mod:`.backgrounds`).  A run
+``background_robust``: lab leaves cut out and pasted on other backgrounds, :mod:`.backgrounds`;
+``field_adapted``: the lab photos plus the labelled field photos of ``--field-train``, trained on lab train +
+field train rows and selected on lab val + field val, :attr:`Regime.uses_field_train`).  A run
 trains the regimes its profile lists (``training.regime``: one name or a list) and every chapter after
 training scores each of them, so the book compares regimes on the same rows.
 
@@ -20,7 +22,8 @@ from typing import Any
 
 BASELINE = "baseline"
 BACKGROUND_ROBUST = "background_robust"
-KNOWN: tuple[str, ...] = (BASELINE, BACKGROUND_ROBUST)
+FIELD_ADAPTED = "field_adapted"
+KNOWN: tuple[str, ...] = (BASELINE, BACKGROUND_ROBUST, FIELD_ADAPTED)
 
 
 class RegimeConfigError(ValueError):
@@ -33,6 +36,11 @@ class Regime:
 
     name: str
     shipped: bool
+
+    @property
+    def uses_field_train(self) -> bool:
+        """Whether the regime trains and selects on the field-train rows besides the lab rows."""
+        return self.name == FIELD_ADAPTED
 
     def path(self, rel_path: str) -> str:
         """``rel_path`` of the shipped regime, moved under ``<chapter folder>/<regime>/`` for the others."""
@@ -53,7 +61,7 @@ def regime_names(training: dict[str, Any]) -> list[str]:
     listed = training.get("regime", BASELINE)
     names = [listed] if isinstance(listed, str) else list(listed or [])
     if not names:
-        raise RegimeConfigError("training.regime lists no regime; give baseline, background_robust or both")
+        raise RegimeConfigError(f"training.regime lists no regime; give one or more of {list(KNOWN)}")
     unknown = [n for n in names if n not in KNOWN]
     if unknown:
         raise RegimeConfigError(f"training.regime: unknown regime(s) {unknown}; known: {list(KNOWN)}")
@@ -73,8 +81,13 @@ def regimes(training: dict[str, Any]) -> list[Regime]:
 
 
 def of_run(ctx: Any) -> list[Regime]:
-    """The regimes of an open run (``RunContext``)."""
-    return regimes(ctx.section("training"))
+    """The regimes of an open run (``RunContext``); ``field_adapted`` needs the run's ``--field-train``."""
+    items = regimes(ctx.section("training"))
+    if any(r.uses_field_train for r in items) and getattr(ctx, "field_train", None) is None:
+        raise RegimeConfigError(f"training.regime lists {FIELD_ADAPTED}, which trains on labelled field "
+                                "photos, but the run has no field-train folder: give --field-train PATH "
+                                "(make book FIELD_TRAIN=PATH) or drop the regime")
+    return items
 
 
 def shipped(items: Sequence[Regime]) -> Regime:

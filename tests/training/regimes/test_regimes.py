@@ -77,3 +77,19 @@ def test_smoke_book_sets_both_regimes_side_by_side(smoke_book):
     assert set(abstention["regimes"]["baseline"]["states"]) == {"reference", "compact", "int8", "pte"}
     card = (run / "field/card.md").read_text()
     assert "`background_robust`** training regime" in card and "Training regimes side by side" in card
+
+
+def test_only_the_field_adapted_regime_uses_field_train_and_it_needs_a_field_train_folder(tmp_path):
+    from types import SimpleNamespace
+
+    section = {"regime": ["baseline", "field_adapted"]}
+    items = regimes.regimes(section)
+    assert [(r.name, r.uses_field_train) for r in items] == [("baseline", False), ("field_adapted", True)]
+    assert regimes.shipped(items).name == "field_adapted"
+
+    def run(field_train):
+        return SimpleNamespace(section=lambda name: section, field_train=field_train)
+
+    assert [r.name for r in regimes.of_run(run(str(tmp_path)))] == ["baseline", "field_adapted"]
+    with pytest.raises(RegimeConfigError, match="--field-train"):
+        regimes.of_run(run(None))
