@@ -59,10 +59,17 @@ def state_metrics(y_true: Sequence[int], y_pred: Sequence[int], labels: Sequence
     state is scored over the same classes whatever it predicts.
     """
     labels = list(labels)
+    with warnings.catch_warnings():
+        # balanced accuracy averages recall over the classes with rows, as intended; sklearn warns when a
+        # model predicts a class the rows lack, or when the rows hold one class (a field cohort, a slice, a
+        # subset of either), and in a notebook those warnings land on the book's page
+        warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+        warnings.filterwarnings("ignore", message="A single label was found in 'y_true' and 'y_pred'")
+        balanced = float(balanced_accuracy_score(y_true, y_pred))
     return {
         "accuracy": float(accuracy_score(y_true, y_pred)),
         "macro_f1": float(f1_score(y_true, y_pred, labels=labels, average="macro", zero_division=0)),
-        "balanced_accuracy": float(balanced_accuracy_score(y_true, y_pred)),
+        "balanced_accuracy": balanced,
         "weighted_f1": float(f1_score(y_true, y_pred, labels=labels, average="weighted", zero_division=0)),
     }
 

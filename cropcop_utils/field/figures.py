@@ -37,7 +37,7 @@ def _bar(
 
 
 def plot_lab_vs_field(states: dict[str, Any]) -> Figure:
-    """Accuracy on the lab test and zero-shot on the field cohort, per state, with 95 % intervals."""
+    """Accuracy on the lab test and on the field cohort, per state, with 95 % intervals."""
     fig = Figure(figsize=(7.0, 3.2))
     ax = fig.subplots()
     names = list(states)
@@ -58,7 +58,7 @@ def plot_lab_vs_field(states: dict[str, Any]) -> Figure:
             field["accuracy"] if field else None,
             "tab:orange",
             0.4,
-            "field (zero-shot)" if i == 0 else None,
+            "field cohort" if i == 0 else None,
         )
     ax.set_xticks(range(len(names)), [STATE_LABELS.get(n, n) for n in names], fontsize=8)
     ax.set_ylim(0, 1)

@@ -188,3 +188,11 @@ def test_pairing_narrows_the_interval_of_a_correlated_change() -> None:
         assert (row["hi"] - row["lo"]) < 0.45 * (high - low), metric
         assert row["excludes_zero"] and row["lo"] > 0, metric
         assert low < 0 < high, metric
+
+
+def test_state_metrics_on_rows_of_one_class_or_foreign_predictions_leave_no_warning_on_the_page():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning here would print into the chapter's notebook
+        one = metrics.state_metrics([1, 1, 1], [1, 1, 1], [1])
+        foreign = metrics.state_metrics([0, 0, 1], [0, 2, 1], [0, 1])
+    assert one["balanced_accuracy"] == 1.0 and foreign["balanced_accuracy"] == 0.75
