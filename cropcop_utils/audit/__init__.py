@@ -24,6 +24,7 @@ from .candidates import NearCandidates, cap_neighbours, near_candidates
 from .chapter import run_chapter
 from .config import DEFAULTS, settings
 from .corpus_audit import MANIFEST_NEEDS, AuditResult, admitted_rows, audit_corpus
+from .cross_prose import cross_sets_table, cross_sets_text
 from .cross_sets import AuditSet, CrossAudit, audit_sets
 from .errors import AuditInputError
 from .hashing import HASH_COLUMNS, ImageHashes, fingerprint_image, hash_images, pixel_digest
@@ -45,7 +46,7 @@ __all__ = [
     "DEFAULTS", "HASH_COLUMNS", "KINDS", "MANIFEST_NEEDS", "NO_SPLIT", "RELATIONSHIP_COLUMNS",
     "AuditInputError", "AuditResult", "AuditSet", "CrossAudit", "ImageHashes", "NearCandidates",
     "PixelGroups", "Truth", "admitted_rows", "audit_corpus", "audit_sets", "calibrated_threshold",
-    "cap_neighbours", "crossing_counts",
+    "cap_neighbours", "cross_sets_table", "cross_sets_text", "crossing_counts",
     "exact_pairs", "family_recall", "fingerprint_image", "group_stats", "hash_images", "inherited_decision",
     "leakage_groups", "near_candidates", "pixel_digest", "radius_reason", "relationship_table", "run_chapter",
     "settings", "threshold_table",

@@ -271,3 +271,15 @@ def test_the_chapter_writes_the_cross_set_evidence(chapters) -> None:
     assert len(groups) == block["rows_audited"] == 12
     saved = json.loads((run_dir / "audit/audit.json").read_text())["figures"]["cross_sets"]
     assert saved == block
+
+
+def test_the_section_text_and_table_are_rendered_from_the_block(crossed) -> None:
+    _, block = crossed
+    block = {**block, "seconds": {"total": 1.0}, "evidence": {"pairs": "p", "groups": "g"}}
+    text = audit.cross_sets_text(block)
+    assert text.startswith("## Across sources")
+    assert f"**{block['across_sets']['trusted']:,}** relationships are trusted" in text
+    assert f"Of the {2 + 4} photos of `{COHORT}`" in text  # one sentence per cohort
+    table = audit.cross_sets_table(block)
+    assert table.index.names == ["set_a", "set_b"] and "trusted (all kinds)" in table.columns
+    assert int(table["trusted (all kinds)"].sum()) == sum(p["trusted"] for p in block["by_set_pair"])
