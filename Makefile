@@ -21,7 +21,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 venv: $(VENV)/.installed
 
 book: venv
-	$(PY) -m cropcop_utils book --data $(DATA) $(if $(FIELD),--field $(FIELD)) $(if $(FIELD_TRAIN),--field-train $(FIELD_TRAIN)) --profile $(PROFILE) --run-dir $(RUN_DIR) $(if $(UNTIL),--until $(UNTIL))
+	$(PY) -m cropcop_utils book --data $(DATA) $(foreach f,$(FIELD),--field $(f)) $(if $(FIELD_TRAIN),--field-train $(FIELD_TRAIN)) --profile $(PROFILE) --run-dir $(RUN_DIR) $(if $(UNTIL),--until $(UNTIL))
 
 # The error explorer as an app on a finished run (Voilà on 127.0.0.1; prints its URL; Ctrl-C stops it).
 explore: venv

@@ -16,12 +16,16 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--data", default=SYNTHETIC,
                       help="'synthetic' (the embedded corpus) or an image-folder corpus: "
                            "PATH/<class>/<images> or PATH/{train,val,test}/<class>/<images>")
-    book.add_argument("--field", default=None,
-                      help="field cohort for chapter 10: PATH/<lab class>/<images> (optional labels.csv "
-                           "and masks/<class>/<stem>.png) or 'synthetic'; default: what the run folder "
-                           "recorded, else 'synthetic' with --data synthetic and none with a real corpus")
+    book.add_argument("--field", default=None, action="append",
+                      help="field cohort for chapter 10: [SOURCE=]PATH/<lab class>/<images> (optional "
+                           "labels.csv and masks/<class>/<stem>.png) or 'synthetic'; give it again for more "
+                           "cohorts, each scored and shown apart (the first one is primary: attribution, "
+                           "swaps, the learning curve, chapter 11's fit); SOURCE names where the photos come "
+                           "from, so a cohort from --field-train's source reads as in-source and another as "
+                           "cross-source; default: what the run folder recorded, else 'synthetic' with "
+                           "--data synthetic and none with a real corpus")
     book.add_argument("--field-train", default=None,
-                      help="labelled field photos to train and select on: PATH/<lab class>/<images> "
+                      help="labelled field photos to train and select on: [SOURCE=]PATH/<lab class>/<images> "
                            "(optional labels.csv); scanned in chapter 1, grouped with the lab corpus and "
                            "the field cohort in chapter 2, split into train/val in chapter 3; default: what "
                            "the run folder recorded, else none")

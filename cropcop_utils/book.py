@@ -141,14 +141,21 @@ def render_run_facts(ctx: RunContext, ran: list[ChapterSpec]) -> str:
     corpus = ("the embedded synthetic corpus (generated from seed "
               f"{params['synthetic']['seed']} into the run folder)" if ctx.data == SYNTHETIC
               else f"the image-folder corpus at `{ctx.data}`")
-    field = ("none (chapter 10 has no field cohort)" if ctx.field is None
-             else "the synthetic field cohort (generated with the corpus)" if ctx.field == SYNTHETIC
-             else f"the field-photograph folder at `{ctx.field}`")
+    field = "; ".join(
+        ("the synthetic field cohort (generated with the corpus)" if c.folder == SYNTHETIC
+         else f"`{c.name}`, the field-photograph folder at `{c.folder}`")
+        + (f" (source `{c.source}`)" if c.source else "") + (" — primary" if c.primary and len(ctx.fields) > 1
+                                                             else "")
+        for c in ctx.field_cohorts) or "none (chapter 10 has no field cohort)"
+    adapted = (f"the labelled field photos at `{ctx.field_train}`"
+               + (f" (source `{ctx.field_train_source}`)" if ctx.field_train_source else "")
+               if ctx.field_train else "none (no model is adapted to field photos)")
     skipped = [c.title for c in CHAPTERS if c not in ran]
     lines = [
         "| | |", "|---|---|",
         f"| Corpus | {corpus} |",
-        f"| Field cohort | {field} |",
+        f"| Field cohort{'s' if len(ctx.fields) > 1 else ''} | {field} |",
+        f"| Field-train | {adapted} |",
         f"| Profile | `{params['name']}`: {params.get('description', '')} |",
         f"| Model input size | {params['image']['size']} × {params['image']['size']} px |",
         f"| Run folder | `{ctx.run_dir}` |",
@@ -190,7 +197,7 @@ def build_html(run_dir: Path, toc: Path) -> Path:
 
 
 def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = SYNTHETIC,
-             field: str | os.PathLike | None = None, until: str | None = None, html: bool = True,
+             field: str | os.PathLike | list | None = None, until: str | None = None, html: bool = True,
              log: Any = print, field_train: str | os.PathLike | None = None) -> dict[str, Any]:
     """Execute the chain (or its prefix up to ``until``) and render what ran.
 
@@ -200,7 +207,7 @@ def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = S
     ctx = open_run(run_dir, profile=profile, data=data, field=field, field_train=field_train)
     book_dir = prepare_book_dir(ctx.run_dir)
     chain = chapters_until(until)
-    log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, field {ctx.field}"
+    log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, field {', '.join(ctx.fields) or None}"
         + (f", field-train {ctx.field_train}" if ctx.field_train else "") + f", run folder {ctx.run_dir}")
     ran: list[ChapterSpec] = []
     started = time.perf_counter()

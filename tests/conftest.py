@@ -14,6 +14,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TOMATO = SHARED_DATA / "plantvillage-tomato"
 APPLE, FIELD_APPLE = SHARED_DATA / "plantvillage-apple", SHARED_DATA / "field-apple"
 FIELD_APPLE_TRAIN = SHARED_DATA / "field-apple-train"
+ORCHARD_SOURCE = "plant-pathology-2021"
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -38,15 +39,38 @@ def tomato_root() -> Path:
     return TOMATO
 
 
+SECOND_SOURCE = "generator-b"
+
+
+def write_second_cohort(folder: Path, profile: str = "smoke") -> Path:
+    """A second synthetic field cohort, drawn by the field generator from another seed (another "source"),
+    for a book given ``--field`` twice."""
+    from cropcop_utils.core.config import load_profile
+    from cropcop_utils.synthetic.field import render_cohort
+
+    synthetic = load_profile(profile)["synthetic"]
+    files, _ = render_cohort(int(synthetic["seed"]) + 1, int(synthetic["image_px"]),
+                             int(synthetic["field_per_class"]))
+    for rel, blob in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(blob)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def smoke_book(tmp_path_factory):
-    """The whole chain executed headless (papermill) on the synthetic corpus and rendered with -W."""
+    """The whole chain executed headless (papermill) on the synthetic corpus and rendered with -W, with two
+    field cohorts: the generated one (primary) and a second one from another generator seed, declared as
+    another source (``--field synthetic --field generator-b=PATH``)."""
     from cropcop_utils.book import run_book
 
     base = tmp_path_factory.mktemp("smoke_book")
+    second = write_second_cohort(base / "field-b")
     lines: list[str] = []
-    result = run_book(base / "run", profile="smoke", data="synthetic", html=True, log=lines.append)
+    result = run_book(base / "run", profile="smoke", data="synthetic", html=True, log=lines.append,
+                      field=["synthetic", f"{SECOND_SOURCE}={second}"])
     result["log"] = lines
+    result["second_cohort"] = second
     return result
 
 
@@ -90,6 +114,7 @@ def apple_field_smoke_book(tmp_path_factory, apple_field_roots):
     lab, orchard, orchard_train = apple_field_roots
     base = tmp_path_factory.mktemp("apple_field_smoke_book")
     lines: list[str] = []
-    result = run_book(base / "run", profile="smoke_field", data=str(lab), field=str(orchard),
-                      field_train=str(orchard_train), html=False, log=lines.append)
+    # both declared as Plant Pathology 2021 photographs: the cohort is in-source
+    result = run_book(base / "run", profile="smoke_field", data=str(lab), field=f"{ORCHARD_SOURCE}={orchard}",
+                      field_train=f"{ORCHARD_SOURCE}={orchard_train}", html=False, log=lines.append)
     return {**result, "log": lines, "field_root": orchard, "field_train_root": orchard_train}

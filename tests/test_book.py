@@ -38,7 +38,7 @@ def test_cli_defaults():
     args = build_parser().parse_args(["book"])
     assert (args.data, args.profile, args.until, args.field) == ("synthetic", "default", None, None)
     args = build_parser().parse_args(["book", "--data", "lab", "--field", "orchard"])
-    assert (args.data, args.field) == ("lab", "orchard")
+    assert (args.data, args.field) == ("lab", ["orchard"])
 
 
 def test_run_facts_name_the_field_cohort(tmp_path):

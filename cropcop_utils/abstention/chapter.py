@@ -40,7 +40,7 @@ from ..core.model_states import STATE_LABELS, STATE_NAMES
 from ..training import regimes
 from .calibration import calibration_block, fit_temperature, nll, probabilities
 from .conformal import conformal_block
-from .field_cohort import field_block, field_inputs
+from .field_cohort import field_block, field_inputs, further_cohort_inputs
 from .out_of_scope import out_of_scope_records, rejection_block
 from .records import FOLDER, PTE_VAL, TEST_RECORDS, VAL_RECORDS, AbstentionInputError, aligned, int8_val_path
 from .regimes import regime_states
@@ -105,6 +105,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
 
     out_of_scope, other_crop_note = out_of_scope_records(ctx, ch, frozen.class_map, loaded, params)
     field = field_inputs(ch, n_classes)
+    further = further_cohort_inputs(ch, n_classes)
     indices = metrics.bootstrap_indices(len(test_y), int(params["bootstrap"]), int(params["seed"]))
     states, tables = {}, {k: [] for k in ("calibration", "reliability", "risk_coverage", "conformal_classes")}
     oos_scores, lab_scores = [], {}
@@ -125,6 +126,11 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
             "calibration": calibration, "selective": selective, "conformal": conformal,
             "field": (field_block(field["logits"][state], field["cohort"], t, threshold, val_prob, val_y,
                                   params) if field else None),
+            # every further cohort under the same recipe (temperature and threshold fitted as above)
+            "cohorts": {name: {"relation": c["relation"],
+                               **field_block(c["logits"][state], c["cohort"], t, threshold, val_prob, val_y,
+                                             params)}
+                        for name, c in further.items()},
             "out_of_scope": rejection}
         tables["calibration"] += [{"state": state, "stage": stage, "ece_lo": c["ece_ci"][0],
                                    "ece_hi": c["ece_ci"][1], **{k: v for k, v in c.items() if k != "ece_ci"}}
@@ -281,11 +287,18 @@ def closing_note(record: dict[str, Any]) -> str:
             text += (f"; field: abstains on {_pct_ci(s['field']['abstained_share'])}, accuracy on the rest "
                      f"{_pct_ci(s['field']['accuracy_accepted'])} vs {_pct_ci(s['field']['accuracy_all'])} "
                      f"on all, conformal coverage {fc}")
+        for name, c in (s.get("cohorts") or {}).items():
+            text += (f"; cohort `{name}` ({c['relation']}): abstains on {_pct_ci(c['abstained_share'])}, "
+                     f"accuracy on the rest {_pct_ci(c['accuracy_accepted'])} vs "
+                     f"{_pct_ci(c['accuracy_all'])}")
         text += f"; out-of-scope images rejected: {_pct_ci(s['out_of_scope']['rejection_rate'])}."
         lines.append(text)
     lines.append("")
     lines.append(f["field_note"] + "." if f["field_note"] else
-                 "The field cohort is chapter 10's; its labels map field conditions to lab classes.")
+                 "The field cohort is chapter 10's primary one; its labels map field conditions to lab "
+                 "classes." + (" Every further cohort is scored under the same temperature and threshold, "
+                               "each on its own." if any(s.get("cohorts") for s in f["states"].values())
+                               else ""))
     if f["other_crop_note"]:
         lines.append(f"No leaves of another crop were scored: {f['other_crop_note']}.")
     return "\n".join(lines)

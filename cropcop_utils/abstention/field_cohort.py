@@ -1,5 +1,6 @@
-"""Chapter 10's field cohort under the recipe: its records (:func:`field_inputs`, None when the run has
-no field cohort) and, per state, the share abstained at the threshold, accuracy on the accepted and on
+"""Chapter 10's field cohorts under the recipe: the primary one's records (:func:`field_inputs`, None when
+the run has no field cohort), every further one's (:func:`further_cohort_inputs`) and, per state, the
+share abstained at the threshold, accuracy on the accepted and on
 all field images, and conformal coverage on the cohort (:func:`field_block`).
 """
 
@@ -36,6 +37,25 @@ def field_inputs(ch: Chapter, n_classes: int) -> dict[str, Any] | None:
         path = f"field/predictions_{state}.parquet"
         logits[state] = aligned(ch.read_parquet(path), cohort, n_classes, path)[0]
     return {"cohort": cohort, "logits": logits}
+
+
+def further_cohort_inputs(ch: Chapter, n_classes: int) -> dict[str, dict[str, Any]]:
+    """Every cohort after chapter 10's primary one (``--field`` given again): ``{name: {"cohort", "logits",
+    "relation"}}`` from the shipped regime's records under ``field/cohorts/<name>/``; empty when none."""
+    registry = read_registry(ch.run_dir)
+    if FIELD_RECORD not in registry:
+        return {}
+    out = {}
+    for entry in (ch.read_json(FIELD_RECORD).get("cohorts") or [])[1:]:
+        scored = [f"{entry['files']}predictions_{state}.parquet" for state in STATE_NAMES]
+        if not entry["n"] or not all(path in registry for path in scored):
+            continue
+        cohort = (ch.read_parquet(f"{entry['files']}cohort.parquet").sort_values("row_id")
+                  .reset_index(drop=True))
+        logits = {state: aligned(ch.read_parquet(path), cohort, n_classes, path)[0]
+                  for state, path in zip(STATE_NAMES, scored, strict=True)}
+        out[entry["name"]] = {"cohort": cohort, "logits": logits, "relation": entry["relation"]}
+    return out
 
 
 def field_block(field_logits: np.ndarray, cohort: pd.DataFrame, temperature: float, threshold: float,

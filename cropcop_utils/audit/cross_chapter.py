@@ -21,7 +21,7 @@ import pandas as pd
 from ..core.config import SYNTHETIC
 from ..core.evidence import Chapter
 from ..core.sources import FIELD_TRAIN, LAB
-from ..corpus.field_sets import COHORT_PREFIX, SAMPLE_KEY, scan_field
+from ..corpus.field_sets import SAMPLE_KEY, scan_field
 from ..corpus.field_train import ROWS as FIELD_TRAIN_ROWS
 from ..corpus.field_train import lab_class_names
 from .corpus_audit import AuditResult
@@ -41,11 +41,9 @@ CROSS_PAIRS = "audit/cross_sets.parquet"
 CROSS_GROUPS = "audit/cross_groups.parquet"
 
 
-def cohort_folders(ctx: Any) -> list[Path]:
-    """The run's real field cohort folders (``--field``; one today, a list where several are given)."""
-    field = ctx.field
-    folders = field if isinstance(field, (list, tuple)) else [field]
-    return [Path(f) for f in folders if f is not None and f != SYNTHETIC]
+def cohort_folders(ctx: Any) -> list[tuple[str, Path, str]]:
+    """The run's real field cohorts (``--field``, once or more): ``(short name, folder, row-id prefix)``."""
+    return [(c.name, Path(c.folder), c.row_prefix) for c in ctx.field_cohorts if c.folder != SYNTHETIC]
 
 
 def field_sets(ch: Chapter, ctx: Any, workers: int | None = None, progress: bool = False) -> list[AuditSet]:
@@ -60,16 +58,16 @@ def field_sets(ch: Chapter, ctx: Any, workers: int | None = None, progress: bool
     if folders:
         names = lab_class_names(ch.read_json("corpus/class_map.json"))  # a cohort's folders match them
         fraction = ctx.section("field_transfer").get("sample_fraction")
-        for folder in folders:
+        for name, folder, prefix in folders:
             if not folder.is_dir():
                 raise AuditInputError(f"--field {folder}: the field cohort folder does not exist")
             scan = scan_field(folder, names, max_image_pixels=ctx.section("corpus").get("max_image_pixels"),
                               workers=workers, progress=progress, sample_fraction=fraction,
-                              row_prefix=COHORT_PREFIX, sample_key=SAMPLE_KEY)
+                              row_prefix=prefix, sample_key=SAMPLE_KEY)
             keys = ("files_seen", "admitted", "quarantined", "left_out", "not_sampled", "identity_holds")
             accounting = {**{k: scan.summary[k] for k in keys},
                           "sample_fraction": scan.summary["sample"]["fraction"]}
-            sets.append(AuditSet(cohort_set_name(folder), scan.root, scan.rows, accounting))
+            sets.append(AuditSet(cohort_set_name(name), scan.root, scan.rows, accounting))
     return sets
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from . import cohorts
 from .evidence import atomic_write_text, sha256_json
 from .sources import FIELD_TRAIN, LAB
 
@@ -122,9 +123,28 @@ class RunContext:
         return Path(self.data)
 
     @property
+    def fields(self) -> list[str]:
+        """Every field cohort the run was opened with (``--field`` once or more), in order."""
+        return cohorts.as_list(self.params.get("field"))
+
+    @property
     def field(self) -> str | None:
-        """The field cohort the run was opened with: an absolute folder, ``"synthetic"`` or None."""
-        return self.params.get("field")
+        """The primary field cohort (the first ``--field``): an absolute folder, ``"synthetic"`` or None."""
+        folders = self.fields
+        return folders[0] if folders else None
+
+    @property
+    def field_cohorts(self) -> list[cohorts.FieldCohort]:
+        """Every scored cohort with its short name and declared source (:mod:`cropcop_utils.core.cohorts`)."""
+        return cohorts.field_cohorts(self.params.get("field"), self.params.get("field_sources"))
+
+    def cohort_root(self, cohort: cohorts.FieldCohort) -> Path:
+        return self.run_dir / "synthetic" / "field" if cohort.folder == SYNTHETIC else Path(cohort.folder)
+
+    @property
+    def field_train_source(self) -> str | None:
+        """The declared source of the field-train photos (``--field-train SOURCE=PATH``), or None."""
+        return (self.params.get("field_sources") or {}).get(self.field_train or "")
 
     @property
     def field_root(self) -> Path | None:
@@ -167,7 +187,7 @@ def open_run(
     profile: str = "default",
     data: str = SYNTHETIC,
     overrides: dict[str, Any] | None = None,
-    field: str | os.PathLike | None = None,
+    field: str | os.PathLike | list | tuple | None = None,
     field_train: str | os.PathLike | None = None,
 ) -> RunContext:
     """Create or reopen a run folder.
@@ -178,7 +198,9 @@ def open_run(
     chain.
 
     ``field`` (``--field``): a folder of ``<lab class>/<images>``, ``"synthetic"`` (the generator's field
-    cohort; only with the synthetic corpus) or None.  Not given, it is what ``params.yaml`` recorded, so
+    cohort; only with the synthetic corpus), a list of them (several cohorts, the first one primary:
+    :mod:`cropcop_utils.core.cohorts`) or None; each may be ``SOURCE=PATH``, as may ``field_train``.
+    Not given, it is what ``params.yaml`` recorded, so
     a notebook needs no field parameter; a new run folder then gets ``"synthetic"`` with the synthetic
     corpus and no field cohort with a real one.
 
@@ -195,20 +217,27 @@ def open_run(
     recorded = yaml.safe_load(params_path.read_text()) if params_path.exists() else None
     params = load_profile(profile, overrides)
     params["data"] = data
+    # sources declared now join those recorded (a chapter reopening the run names none)
+    declared: dict[str, str] = dict((recorded or {}).get("params", {}).get("field_sources") or {})
     if field is not None:
-        params["field"] = resolve_field(field, data)
+        params["field"] = resolve_fields(field, data, declared)
     elif recorded is not None:
         if "field" in recorded.get("params", {}):  # folders made before --field existed lack the key
             params["field"] = recorded["params"]["field"]
     else:
         params["field"] = SYNTHETIC if data == SYNTHETIC else None
     if field_train is not None:
+        source, field_train = cohorts.split_source(field_train)
         params["field_train"] = resolve_field_train(field_train)
+        if source is not None:
+            declared[params["field_train"]] = source
     elif recorded is not None:
         if "field_train" in recorded.get("params", {}):  # folders made before --field-train lack the key
             params["field_train"] = recorded["params"]["field_train"]
     else:
         params["field_train"] = None
+    if declared:  # only when declared, so run folders made before sources existed keep their fingerprint
+        params["field_sources"] = declared
     fingerprint = sha256_json(params)
     if recorded is not None:
         if recorded.get("fingerprint") != fingerprint:
@@ -226,6 +255,24 @@ def open_run(
         atomic_write_text(params_path, yaml.safe_dump({"fingerprint": fingerprint, "params": params},
                                                       sort_keys=False))
     return RunContext(run_dir=run_dir, params=params, fingerprint=fingerprint)
+
+
+def resolve_fields(field: str | os.PathLike | list | tuple, data: str,
+                   declared: dict[str, str]) -> str | list[str]:
+    """``--field`` given once or several times, as recorded: one string, or a list for several (each
+    resolved by :func:`resolve_field`); a declared ``SOURCE=`` goes into ``declared``."""
+    folders = []
+    for value in cohorts.as_list(field):
+        source, path = cohorts.split_source(value)
+        folder = resolve_field(path, data)
+        if folder in folders:
+            raise ValueError(f"--field {folder} is given twice: each scored cohort once")
+        folders.append(folder)
+        if source is not None:
+            declared[folder] = source
+    if not folders:
+        raise ValueError("--field: an empty list of field cohorts; leave --field out for none")
+    return folders[0] if len(folders) == 1 else folders
 
 
 def resolve_field(field: str | os.PathLike, data: str) -> str:

@@ -10,6 +10,8 @@
   label); :mod:`.looks` — attribution measured over the cells; :mod:`.stats` — bootstrap intervals.
 * :mod:`.compare` — a training regime against the baseline on the same rows (paired intervals).
 * :mod:`.figures` and :mod:`.prose` — the chapter's plots and the sentences rendered from its record.
+* :mod:`.cohorts` — every cohort after the primary one (``--field`` given again) scanned and scored by
+  every state of every regime, each with its relation to field-train; :mod:`.cohort_prose` its section.
 * :mod:`.relatives` — the cohort photos related to a labelled field-train photo (``--field-train``) in
   chapter 2's cross-set audit: the "no relative" scores leave them out.
 * :mod:`.curve` — the learning curve (field accuracy against k labelled field photos per class; draws in
@@ -18,6 +20,7 @@
   the model card itself is :mod:`cropcop_utils.card`, the leaf masks :mod:`cropcop_utils.core.masks`.
 """
 
+from .cohort_prose import cohorts_frame, cohorts_text
 from .curve import run_curve
 from .curve_figures import curve_headline, curve_table
 from .prose import (
@@ -32,5 +35,6 @@ from .prose import (
 )
 from .transfer import run_chapter
 
-__all__ = ["attribution_table", "curve_headline", "curve_table", "headline", "masks_text", "recall_table",
+__all__ = ["attribution_table", "cohorts_frame", "cohorts_text", "curve_headline", "curve_table", "headline",
+           "masks_text", "recall_table",
            "regime_table", "regime_text", "run_chapter", "run_curve", "state_table", "swap_table"]

@@ -1,4 +1,5 @@
-"""Figures of the field chapter: lab vs field per state, the five cells, and the three galleries."""
+"""Figures of the field chapter: lab vs field per state, every cohort side by side, the five cells, and the
+three galleries."""
 
 from __future__ import annotations
 
@@ -357,3 +358,38 @@ def save_regime_figure(
         ch.save_figure(heatmap_gallery(items), "field/regime_heatmaps.png", dpi=110)
         paths["regime_heatmaps"] = "field/regime_heatmaps.png"
     return paths
+
+
+SHORT_LABELS = {"reference": "reference", "compact": "compact", "int8": "INT8 graph", "pte": ".pte"}
+
+
+def plot_cohorts(table: pd.DataFrame, lab: dict[str, Any]) -> Figure:
+    """Accuracy per state on the lab test and on each scored cohort (95 % intervals), one panel per regime:
+    a cohort from another source next to the one the model was adapted to, at a glance."""
+    regimes = list(dict.fromkeys(table["regime"]))
+    cohorts = list(dict.fromkeys(table["cohort"]))
+    states = list(dict.fromkeys(table["state"]))
+    colours = ["tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
+    fig = Figure(figsize=(3.4 * len(regimes) + 1.5, 3.2))
+    axes = np.atleast_1d(fig.subplots(1, len(regimes), sharey=True))
+    width = 0.8 / (len(cohorts) + 1)
+    for ax, regime in zip(axes, regimes, strict=True):
+        for i, state in enumerate(states):
+            _bar(ax, i - 0.4 + width / 2, lab[regime][state], "tab:blue", width,
+                 "lab test" if i == 0 else None)
+            for j, cohort in enumerate(cohorts):
+                row = table[(table["regime"] == regime) & (table["state"] == state)
+                            & (table["cohort"] == cohort)]
+                entry = (None if row.empty or pd.isna(row.iloc[0]["accuracy"]) else
+                         {k: float(row.iloc[0][c]) for k, c in
+                          (("value", "accuracy"), ("lo", "accuracy_lo"), ("hi", "accuracy_hi"))})
+                relation = row.iloc[0]["relation"] if not row.empty else ""
+                _bar(ax, i - 0.4 + width * (j + 1.5), entry, colours[j % len(colours)], width,
+                     f"{cohort} ({relation})" if i == 0 else None)
+        ax.set_xticks(range(len(states)), [SHORT_LABELS.get(s, s) for s in states], fontsize=8)
+        ax.set_title(f"regime: {regime}", fontsize=9)
+        ax.set_ylim(0, 1)
+    axes[0].set_ylabel("accuracy")
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig

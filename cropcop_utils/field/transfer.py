@@ -34,7 +34,7 @@ from ..split import locked_test
 from ..training import regimes
 from ..training.regimes import BASELINE, Regime
 from . import attribution as attr
-from . import bench, compare, figures
+from . import bench, cohorts, compare, figures
 from . import composites as comp
 from .looks import FLOAT_STATES, attribution_sets, measure_attribution
 from .relatives import CROSS_GROUPS, CROSS_PAIRS, field_train_relatives
@@ -318,6 +318,9 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
         plots.update(
             figures.save_regime_figure(ch, comparison, {name: m["gallery"] for name, m in measured.items()})
         )
+    scored = _cohorts(ch, ctx, items, loaded, measured, names, params, scan_summary, relatives)
+    if len(scored) > 1:
+        plots.update(_save_cohort_figure(ch, scored, measured))
     summary = headline_figures(results, swap, looks)
     record = ch.finish(
         figures=summary,
@@ -341,6 +344,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
             "(the review list's rejected but close pairs with a field-train photo)",
         },
         states=results,
+        cohorts=scored,
         masks=_mask_summary(iou, params, len(lab.rows)),
         attribution={
             "methods": {
@@ -397,6 +401,30 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
 
     card.write_card(ctx.run_dir)
     return record
+
+
+def _cohorts(ch: Chapter, ctx: RunContext, items: list[Regime], loaded: dict[str, Any],
+             measured: dict[str, Any], names: list[str], params: dict[str, Any],
+             summary: dict[str, Any] | None, relatives: dict[str, set[str]] | None) -> list[dict[str, Any]]:
+    """Every scored cohort (``field.json``'s ``cohorts``): the primary one from the measurements above,
+    each further one scanned and scored here (:mod:`.cohorts`)."""
+    if not ctx.field_cohorts or summary is None:
+        return []
+    primary = cohorts.cohort_entry(
+        ctx, ctx.field_cohorts[0], summary, relatives,
+        {r.name: {s: e["field"] for s, e in measured[r.name]["results"].items()} for r in items}, "field/")
+    return [primary, *cohorts.score_further_cohorts(ch, ctx, items, loaded, names, params)]
+
+
+def _save_cohort_figure(ch: Chapter, scored: list[dict[str, Any]],
+                        measured: dict[str, Any]) -> dict[str, str]:
+    table = pd.concat([cohorts.cohort_table(scored, regime).assign(regime=regime) for regime in measured],
+                      ignore_index=True)
+    ch.write_parquet("field/cohorts.parquet", table)
+    lab = {regime: {s: e["lab_test"]["accuracy"] for s, e in m["results"].items()}
+           for regime, m in measured.items()}
+    ch.save_figure(figures.plot_cohorts(table, lab), "field/cohorts.png", dpi=110)
+    return {"cohorts": "field/cohorts.png"}
 
 
 def headline_figures(results: dict[str, Any], swap: dict[str, Any], looks: dict[str, Any]) -> dict[str, Any]:

@@ -520,3 +520,48 @@ def test_a_null_deployment_share_is_printed_with_its_reason(tmp_path):
     text = card.render(card.collect(tmp_path))
     assert "selective risk n/a (no test image was accepted)" in text
     assert "43.5 % [34.0 %, 53.0 %]" in text
+
+
+def _cohort(name, relation, source, states, untested):
+    return {"name": name, "folder": f"/data/{name}", "primary": name == "orchard", "source": source,
+            "field_train_source": "pp2021", "relation": relation, "photos_with_field_train_relative": 0,
+            "n": 240, "untested_classes": untested, "files": f"field/cohorts/{name}/",
+            "regimes": {"field_adapted": {s: e["field"] for s, e in states.items()}}}
+
+
+def adapted_records(cross_source: bool) -> dict[str, dict]:
+    """The fixed records of a run that shipped the field-adapted regime and scored one in-source cohort
+    and, with ``cross_source``, a second cohort from another source."""
+    records = fixed_records()
+    field, training = records["field/field.json"], records["training/training.json"]
+    field["regime"] = "field_adapted"
+    field["field_train"] = {"folder": "/data/field-apple-train"}
+    training["field_train_splits"] = {"train": 1700, "val": 300,
+                                      "train_per_class": {"apple_black_rot": 850, "apple_scab": 850}}
+    cohorts = [_cohort("orchard", "in-source", "pp2021", field["states"], [])]
+    if cross_source:
+        other = {s: {"field": {**e["field"], "accuracy": _ci(0.2083, 0.15, 0.27, 120), "n": 120}}
+                 for s, e in field["states"].items()}
+        cohorts.append(_cohort("plantdoc", "cross-source", "plantdoc", other, ["apple_healthy"]))
+    field["cohorts"] = cohorts
+    return records
+
+
+@pytest.mark.parametrize("cross_source", [False, True])
+def test_the_card_names_each_cohort_and_where_no_other_source_was_tested(tmp_path, cross_source):
+    write_run(tmp_path, adapted_records(cross_source))
+    text = audited(tmp_path)
+    claim = text[text.index("**Where the claim stops.**"):].split("\n\n")[0]
+    assert "(source `pp2021`)" in claim and "`orchard` (in-source)" in claim
+    if cross_source:
+        assert "`plantdoc` (cross-source)" in claim and "none of which it trained on" in claim
+        assert ("From a source it was not adapted to, it scores 20.8 % [15.0, 27.0] on `plantdoc` (n = 120)"
+                in claim)
+        table = text[text.index("### Every field cohort"):].split("\n\n")[1]
+        rows = [r for r in table.splitlines() if r.startswith("| `")]
+        assert len(rows) == 8  # two cohorts x four states
+        assert any(r.startswith("| `plantdoc` | cross-source | .pte on the runtime | 20.8 %") and
+                   r.endswith("| apple_healthy |") for r in rows)
+    else:
+        assert "no field cohort from another source" in claim and "which it never trained on" in claim
+        assert "### Every field cohort" not in text

@@ -135,4 +135,11 @@ def test_the_field_adapted_regime_runs_the_chain_beside_the_baseline(apple_field
     assert abstention["figures"]["n_val"] == lab_val + counts["val"]
     card_text = (run / "field/card.md").read_text()
     assert "after adaptation with labelled field photos" in card_text and "Where the claim stops" in card_text
+    # both folders declared as one source (conftest.ORCHARD_SOURCE): the cohort is in-source, and no cohort
+    # from another source was given, which the card says
+    (cohort,) = field["cohorts"]
+    assert (cohort["relation"], cohort["source"]) == ("in-source", "plant-pathology-2021")
+    assert cohort["regimes"]["field_adapted"]["pte"] == field["states"]["pte"]["field"]
+    assert f"`{cohort['name']}` (in-source)" in card_text
+    assert "no field cohort from another source" in card_text
     assert card.audit_card(run) == []

@@ -75,3 +75,30 @@ def test_a_field_train_photo_planted_in_the_cohort_is_flagged_and_left_out(tmp_p
     unrelated = ~scanned["row_id"].isin(planted).to_numpy()
     assert effect["without_relative"]["accuracy"]["value"] == (label == pred)[unrelated].mean()
     assert effect["accuracy_gap"]["value"] > 0
+
+
+def test_each_cohort_gets_its_own_relatives_though_row_ids_repeat_across_cohorts(tmp_path: Path) -> None:
+    """Two cohorts with the same file names (row ids apart by their prefixes, as chapter 2 scans them): a
+    field-train photo planted in one is that cohort's relative only."""
+    lab = _folder(tmp_path / "lab", {"Apple_rust/l1.png": _png(1), "Apple_scab/l2.png": _png(2)})
+    train = _folder(tmp_path / "train", {"Apple_rust/t3.png": _png(3), "Apple_scab/t4.png": _png(4)})
+    names = ["Apple_rust/a.png", "Apple_scab/b.png", "Apple_rust/c.png"]
+    planted = _folder(tmp_path / "planted", dict(zip(names, [_png(3), _png(20), _png(21)], strict=True)))
+    clean = _folder(tmp_path / "clean", dict(zip(names, [_png(30), _png(31), _png(32)], strict=True)))
+    rels = sorted(p.relative_to(lab).as_posix() for p in lab.rglob("*.png"))
+    lab_rows = pd.DataFrame({"row_id": [row_id(r) for r in rels], "rel_path": rels,
+                             "class_name": [r.split("/")[0] for r in rels],
+                             "sha256": [sha256_file(lab / r) for r in rels]})
+    audit = cross_sets.audit_sets([
+        cross_sets.AuditSet("lab", lab, lab_rows),
+        cross_sets.AuditSet("field_train", train, scan_field(train, CLASSES, row_prefix="field_train").rows),
+        cross_sets.AuditSet("cohort:planted", planted, scan_field(planted, CLASSES).rows),
+        cross_sets.AuditSet("cohort:clean", clean,
+                            scan_field(clean, CLASSES, row_prefix="field@clean").rows)],
+        CFG, workers=1)
+    first = relatives_in_audit(audit.groups, audit.table, CFG, "cohort:planted")
+    second = relatives_in_audit(audit.groups, audit.table, CFG, "cohort:clean")
+    assert first["trusted"] == {field_row_id("Apple_rust/a.png")}
+    assert second == {"trusted": set(), "near_miss": set()}
+    # without a cohort named, every cohort's rows count
+    assert relatives_in_audit(audit.groups, audit.table, CFG)["trusted"] == first["trusted"]

@@ -153,6 +153,46 @@ def test_chapter_in_the_smoke_book(smoke_book):
     assert (run / "field/card.md").exists() and "field/card.md" in read_registry(run)
 
 
+def test_a_second_cohort_is_scored_and_shown_on_its_own(smoke_book):
+    """``--field synthetic --field generator-b=PATH``: the second cohort is audited with the lab (chapter 2),
+    scored by every state from the same files, reported apart in chapter 10, its figure, page and card, and
+    put under the deployment recipe in chapter 11."""
+    from cropcop_utils.core.cohorts import NOT_ADAPTED
+
+    run = Path(smoke_book["run_dir"])
+    facts = json.loads((run / "field/field.json").read_text())
+    primary, second = facts["cohorts"]
+    assert (primary["name"], primary["primary"], second["name"], second["primary"]) == (
+        "synthetic", True, "field-b", False)
+    assert second["source"] == "generator-b" and second["relation"] == NOT_ADAPTED
+    assert second["folder"] == str(Path(smoke_book["second_cohort"]).resolve())
+    rows = pd.read_parquet(run / "field/cohorts/field-b/cohort.parquet")
+    assert second["n"] == len(rows) == second["scan"]["admitted"] > 0 and second["scan"]["quarantined"] == 1
+    # row ids apart from the primary cohort's, though the generator names the files alike
+    first_rows = pd.read_parquet(run / "field/cohort.parquet")
+    assert set(rows["rel_path"]) & set(first_rows["rel_path"])
+    assert not set(rows["row_id"]) & set(first_rows["row_id"])
+    registry = read_registry(run)
+    for state in ("reference", "compact", "int8", "pte"):
+        path = f"field/cohorts/field-b/predictions_{state}.parquet"
+        record = pd.read_parquet(run / path)
+        assert path in registry and record["model_state"].iloc[0] == facts["states"][state]["model_state"]
+        result = second["regimes"][facts["regime"]][state]
+        assert result["accuracy"]["value"] == pytest.approx((record["pred"] == record["label"]).mean())
+        assert primary["regimes"][facts["regime"]][state] == facts["states"][state]["field"]
+    assert facts["plots"]["cohorts"] == "field/cohorts.png" and (run / "field/cohorts.png").exists()
+    audit = json.loads((run / "audit/audit.json").read_text())
+    assert "cohort:field-b" in json.dumps(audit["figures"]["cross_sets"])
+    page = (Path(smoke_book["book_dir"]) / "10_field.ipynb").read_text()
+    assert "scored 2 field cohorts" in page and "**`field-b`**" in page
+    card_text = (run / "field/card.md").read_text()
+    assert "### Every field cohort" in card_text and "| `field-b` |" in card_text
+    abstention = json.loads((run / "abstention/abstention.json").read_text())
+    pte = abstention["figures"]["states"]["pte"]
+    assert list(pte["cohorts"]) == ["field-b"]
+    assert pte["cohorts"]["field-b"]["abstained_share"]["n"] == len(rows)
+
+
 @pytest.mark.slow
 def test_chapter_without_a_field_cohort_says_so(smoke_book, tmp_path, monkeypatch):
     from cropcop_utils.core.config import reopen_run
