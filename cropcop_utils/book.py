@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .card.render import CARD
+from .core import timings
 from .core.chain import CHAPTERS, ChapterSpec
 from .core.config import REPO_ROOT, SYNTHETIC, RunContext, open_run
 from .core.evidence import atomic_write_text
@@ -210,20 +211,26 @@ def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = S
     log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, field {', '.join(ctx.fields) or None}"
         + (f", field-train {ctx.field_train}" if ctx.field_train else "") + f", run folder {ctx.run_dir}")
     ran: list[ChapterSpec] = []
+    spent: list[dict[str, Any]] = []   # wall and CPU seconds per chapter (RUN_DIR/timings.json)
     started = time.perf_counter()
-    for number, spec in enumerate(chain, start=1):
-        log(f"[{number}/{len(chain)}] {spec.name}: running {spec.notebook}.ipynb …")
-        tick = time.perf_counter()
-        execute_chapter(spec, ctx, book_dir, profile)
-        ran.append(spec)
-        log(f"[{number}/{len(chain)}] {spec.name}: done in {time.perf_counter() - tick:.1f} s")
-    toc = write_run_pages(ctx, ran, book_dir)
-    index = None
-    if html:
-        log("rendering the book with jupyter-book (-W) …")
-        index = build_html(ctx.run_dir, toc)
-        log(f"front page: {index}")
-    else:
+    try:
+        for number, spec in enumerate(chain, start=1):
+            log(f"[{number}/{len(chain)}] {spec.name}: running {spec.notebook}.ipynb …")
+            with timings.measured(spec.name, spent):
+                execute_chapter(spec, ctx, book_dir, profile)
+            ran.append(spec)
+            log(f"[{number}/{len(chain)}] {spec.name}: done in {spent[-1]['wall_s']:.1f} s "
+                f"({spent[-1]['cpu_s']:.1f} CPU s)")
+        toc = write_run_pages(ctx, ran, book_dir)
+        index = None
+        if html:
+            log("rendering the book with jupyter-book (-W) …")
+            with timings.measured("html", spent):
+                index = build_html(ctx.run_dir, toc)
+            log(f"front page: {index}")
+    finally:
+        timings.write_timings(ctx.run_dir, spent)
+    if not html:
         log(f"executed notebooks: {book_dir} (not rendered: --no-html)")
     total = time.perf_counter() - started
     log(f"total wall time {total:.1f} s")

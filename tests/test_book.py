@@ -147,6 +147,13 @@ def test_smoke_book_runs_every_chapter_and_renders(smoke_book):
         ["summary"] + [c.notebook for c in book.CHAPTERS] + ["card"])
     for spec in book.CHAPTERS:
         assert (html / f"{spec.notebook}.html").exists(), spec.notebook
+    # what each chapter cost (bench/book_bench.py reads it): every chapter and the HTML build, with CPU
+    from cropcop_utils.core import timings
+
+    spent = {s["step"]: s for s in timings.read_timings(smoke_book["run_dir"])}
+    assert list(spent) == [c.name for c in book.CHAPTERS] + ["html"]
+    assert all(s["finished"] and s["cpu_s"] > 0 for s in spent.values())
+    assert spent["training"]["cpu_s"] > spent["corpus"]["cpu_s"]
     intro = (html / "intro.html").read_text()
     assert "smoke" in intro and "synthetic corpus" in intro
     assert any(f"[1/{len(book.CHAPTERS)}] corpus: done" in line for line in smoke_book["log"])
