@@ -70,7 +70,8 @@ def training_against_loop(run_dir: Path, steps: int, loop: bool) -> None:
             print(line)
     if chapter and chapter["cpu_s"]:
         print(f"training chapter: {images} training images in {chapter['cpu_s']:.0f} CPU s = "
-              f"{images / chapter['cpu_s']:.1f} images per CPU-second (validation, PTQ-free; every regime)")
+              f"{images / chapter['cpu_s']:.1f} images per CPU-second (every regime; the chapter's CPU "
+              "includes its validation passes)")
 
 
 def main() -> None:
