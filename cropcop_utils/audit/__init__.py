@@ -18,10 +18,23 @@ The chapter's code, by topic:
 * :mod:`.relations` — exact pairs, pixel groups, the relationship table, leakage groups, the decision.
 * :mod:`.truth` — the synthetic corpus's planted truth and the evidence for radius and thresholds.
 * :mod:`.figures` — the gallery and plots.
+* :mod:`.chapter_prose` and :mod:`.cross_prose` — the chapter's paragraphs, rendered from ``audit.json``.
 """
 
 from .candidates import NearCandidates, cap_neighbours, near_candidates
 from .chapter import run_chapter
+from .chapter_prose import (
+    by_source_table,
+    by_source_text,
+    leaf_calibration_text,
+    recall_table,
+    recall_text,
+    relationships_text,
+    review_text,
+    thresholds_without_truth_text,
+    timings_text,
+    truth_text,
+)
 from .config import DEFAULTS, settings
 from .corpus_audit import MANIFEST_NEEDS, AuditResult, admitted_rows, audit_corpus
 from .cross_prose import cross_sets_table, cross_sets_text
@@ -45,8 +58,11 @@ from .truth import Truth, calibrated_threshold, family_recall, radius_reason, th
 __all__ = [
     "DEFAULTS", "HASH_COLUMNS", "KINDS", "MANIFEST_NEEDS", "NO_SPLIT", "RELATIONSHIP_COLUMNS",
     "AuditInputError", "AuditResult", "AuditSet", "CrossAudit", "ImageHashes", "NearCandidates",
-    "PixelGroups", "Truth", "admitted_rows", "audit_corpus", "audit_sets", "calibrated_threshold",
-    "cap_neighbours", "cross_sets_table", "cross_sets_text", "crossing_counts",
+    "PixelGroups", "Truth", "admitted_rows", "audit_corpus", "audit_sets", "by_source_table",
+    "by_source_text", "calibrated_threshold",
+    "cap_neighbours", "cross_sets_table", "cross_sets_text", "crossing_counts", "leaf_calibration_text",
+    "recall_table", "recall_text", "relationships_text", "review_text", "thresholds_without_truth_text",
+    "timings_text", "truth_text",
     "exact_pairs", "family_recall", "fingerprint_image", "group_stats", "hash_images", "inherited_decision",
     "leakage_groups", "near_candidates", "pixel_digest", "radius_reason", "relationship_table", "run_chapter",
     "settings", "threshold_table",
