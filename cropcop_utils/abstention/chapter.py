@@ -37,7 +37,9 @@ from ..core import metrics
 from ..core.config import RunContext
 from ..core.evidence import Chapter, read_registry
 from ..core.model_states import STATE_LABELS, STATE_NAMES
+from ..core.sources import FIELD_TRAIN
 from ..training import regimes
+from . import program_outputs
 from .calibration import calibration_block, fit_temperature, nll, probabilities
 from .conformal import conformal_block
 from .field_cohort import field_block, field_inputs, further_cohort_inputs
@@ -45,11 +47,14 @@ from .out_of_scope import out_of_scope_records, rejection_block
 from .records import FOLDER, PTE_VAL, TEST_RECORDS, VAL_RECORDS, AbstentionInputError, aligned, int8_val_path
 from .regimes import regime_states
 from .selective import SCORE_LABELS, SCORES, confidence_scores, selective_block
+from .shipped_recipe import measure_protection
 
 DEFAULTS: dict[str, Any] = {
     "target_risk": 0.02, "score": "msp", "ece_bins": 15, "bootstrap": 1000, "seed": 0, "ci_level": 0.95,
     "conformal_levels": [0.90, 0.95], "min_class_support": 30, "curve_points": 200,
     "noise_images": 6, "out_of_scope_px": 128, "other_crop_data": None, "other_crop_images": 100,
+    "photo_crops": 1, "texture_crops": 1, "near_out_of_scope_data": None, "near_target_kinds": [],
+    "in_scope_coverage": 0.95, "knn_k": 10, "jigsaw_tiles": 4, "targets": {},
     "batch_size": 32,
 }
 
@@ -69,7 +74,7 @@ def abstention_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- chapter
 def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     """Chapter 11 for every model state; writes ``abstention/`` and returns the chapter record."""
-    from ..nets.states import load_states, score_rows
+    from ..nets.states import load_states
     from ..split import load_frozen
     from . import figures
 
@@ -91,10 +96,16 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     with ch.native_output():  # ExecuTorch's C++ log lines go to abstention/native.log, not the book
         loaded = load_states(ch, n_classes)
     batch = int(params["batch_size"])
-    pte_val = score_rows({"pte": loaded["pte"]}, val_rows, ctx.source_roots, ctx.section("image"), batch)
-    ch.write_parquet(PTE_VAL, pte_val["pte"])
+    # one pass gives the .pte's validation record and its features (the program's second output)
+    with ch.native_output():
+        val_outputs, pte_val = program_outputs.score(loaded["pte"].forward, val_rows, ctx.source_roots,
+                                                     ctx.section("image"), batch, "pte val")
+    ch.write_parquet(PTE_VAL, pte_val)
     val_paths = {**VAL_RECORDS, "int8": int8_val_path(ch), "pte": PTE_VAL}
     val_y, test_y = val_rows["label"].to_numpy(), test_rows["label"].to_numpy()
+    # field val rows, where the regime has them, calibrate the conformal sets of the field cohorts
+    field_val = ((val_rows["source"] == FIELD_TRAIN).to_numpy() if "source" in val_rows
+                 and (val_rows["source"] == FIELD_TRAIN).any() else None)
     val = {s: aligned(ch.read_parquet(val_paths[s]), val_rows, n_classes, val_paths[s]) for s in STATE_NAMES}
     test = {s: aligned(ch.read_parquet(TEST_RECORDS[s]), test_rows, n_classes, TEST_RECORDS[s])
             for s in STATE_NAMES}
@@ -125,11 +136,11 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
             "val_nll": {"before": nll(val[state][0], val_y), "after": nll(val[state][0], val_y, t)},
             "calibration": calibration, "selective": selective, "conformal": conformal,
             "field": (field_block(field["logits"][state], field["cohort"], t, threshold, val_prob, val_y,
-                                  params) if field else None),
+                                  params, field_val) if field else None),
             # every further cohort under the same recipe (temperature and threshold fitted as above)
             "cohorts": {name: {"relation": c["relation"],
                                **field_block(c["logits"][state], c["cohort"], t, threshold, val_prob, val_y,
-                                             params)}
+                                             params, field_val)}
                         for name, c in further.items()},
             "out_of_scope": rejection}
         tables["calibration"] += [{"state": state, "stage": stage, "ece_lo": c["ece_ci"][0],
@@ -148,9 +159,20 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
               "out_of_scope_scores": pd.concat(oos_scores, ignore_index=True)}
     for name, frame in frames.items():
         ch.write_parquet(f"{FOLDER}/{name}.parquet", frame)
+    cohorts = {} if field is None else {ctx.field_cohorts[0].name: (field["cohort"], field["logits"]["pte"])}
+    cohorts.update({name: (c["cohort"], c["logits"]["pte"]) for name, c in further.items()})
+    with ch.native_output():
+        protection = measure_protection(ctx, ch, frozen, shipped, loaded["pte"].forward, params,
+                                        states["pte"]["temperature"], (val_rows, val_outputs), test_rows,
+                                        ch.read_parquet(TEST_RECORDS["pte"]), out_of_scope["pte"], cohorts)
     plots = figures.save_all(ch, frames, states, params, lab_scores)
-    recipe = deployment(states["pte"], params)
-    others = _other_regimes(ctx, ch, params, frozen, test_rows, n_classes, indices, field)
+    plots["protection"] = figures.save_protection(ch, ch.read_parquet(protection["table"]), protection)
+    others = _other_regimes(ctx, ch, params, frozen, test_rows, n_classes, indices, field,
+                            out_of_scope["pte"])
+    # the regimes that do not ship, under the same procedure: the card sets the lab-only one beside it
+    recipe = {**deployment(states["pte"], params), "protection": protection_summary(protection),
+              "other_regimes": {name: protection_summary(other["protection"])
+                                for name, other in others.items() if other.get("protection")}}
     record = ch.finish(
         figures={"n_val": len(val_y), "n_test": len(test_y), "n_classes": n_classes,
                  "temperature_fit": "scipy.optimize.minimize_scalar (bounded) on the validation NLL",
@@ -159,7 +181,7 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
                  "field_note": None if field else "No field cohort was given to this run",
                  "out_of_scope_sources": out_of_scope["pte"]["source"].value_counts().sort_index().to_dict(),
                  "other_crop_note": other_crop_note,
-                 "states": states},
+                 "states": states, "protection": protection},
         plots=plots, params=params, deployment=recipe,
         regime=shipped.name, regimes=others,
         test_rows_read={"count": len(test_y), "via": "prediction records of chapters 5-7 (logits)",
@@ -180,11 +202,11 @@ def regime_val_rows(frozen: Any, regime: Any) -> pd.DataFrame:
 
 def _other_regimes(ctx: RunContext, ch: Chapter, params: dict[str, Any], frozen: Any,
                    test_rows: pd.DataFrame, n_classes: int, indices: np.ndarray,
-                   field: dict[str, Any] | None) -> dict[str, Any]:
+                   field: dict[str, Any] | None, out_of_scope: pd.DataFrame) -> dict[str, Any]:
     """The regimes that do not ship, measured the same way (:mod:`.regimes`), each on its own val rows."""
     cohort = None if field is None else field["cohort"]
-    return {r.name: {"states": regime_states(ctx, ch, r, params, regime_val_rows(frozen, r), test_rows,
-                                             n_classes, indices, cohort)}
+    return {r.name: regime_states(ctx, ch, r, params, regime_val_rows(frozen, r), test_rows, n_classes,
+                                  indices, cohort, frozen, out_of_scope)
             for r in regimes.of_run(ctx) if not r.shipped}
 
 
@@ -224,6 +246,21 @@ def deployment(pte: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
                                                                "accuracy_all"))),
         "out_of_scope": _merge({"n": oos["n"]}, _share("rejection_rate", oos["rejection_rate"])),
     }
+
+
+def protection_summary(protection: dict[str, Any]) -> dict[str, Any]:
+    """What the card needs of the protection block: the recipe, the chosen score's figures per set and
+    the verdict against the profile's targets."""
+    return {"recipe": protection["recipe"], "chosen": protection["chosen"],
+            "chosen_label": protection["chosen_label"], "program": protection["program"],
+            "fitted_on": protection["fitted_on"], "held_back": protection["held_back"],
+            # per set, each share and its interval as the card's ``share`` filter reads them
+            "figures": {name: {"kind": f["kind"], "n": f["n"],
+                               **{k: v for m in ("coverage", "selective_accuracy", "rejected") if m in f
+                                  for k, v in ((m, f[m]["value"]), (f"{m}_ci", f[m]["ci"]))}}
+                        for name, f in protection["chosen_figures"].items()},
+            "targets": protection["targets"],
+            "verdict": protection["verdict"]}
 
 
 # --------------------------------------------------------------------------- tables and prose

@@ -59,8 +59,10 @@ def further_cohort_inputs(ch: Chapter, n_classes: int) -> dict[str, dict[str, An
 
 
 def field_block(field_logits: np.ndarray, cohort: pd.DataFrame, temperature: float, threshold: float,
-                val_prob: np.ndarray, val_y: np.ndarray, params: dict[str, Any]) -> dict[str, Any]:
-    """Share abstained, accuracy on accepted vs all field images, conformal coverage on the cohort."""
+                val_prob: np.ndarray, val_y: np.ndarray, params: dict[str, Any],
+                field_val: np.ndarray | None = None) -> dict[str, Any]:
+    """Share abstained, accuracy on accepted vs all field images, conformal coverage on the cohort
+    (sets calibrated on the validation rows ``field_val`` marks, all of them when None)."""
     level, n_classes = float(params["ci_level"]), val_prob.shape[1]
     y = cohort["label"].to_numpy().astype(np.int64)
     labelled = (y >= 0) & (y < n_classes)
@@ -68,11 +70,16 @@ def field_block(field_logits: np.ndarray, cohort: pd.DataFrame, temperature: flo
     accepted = score >= threshold
     prob = probabilities(field_logits, temperature)
     correct = prob.argmax(axis=1) == np.where(labelled, y, -1)
+    # calibrated on the field val rows where the regime has them: field photos are exchangeable with
+    # field val, not with lab val (pooled, the lab's confident rows shrink every set)
+    field_val = np.ones(len(val_y), dtype=bool) if field_val is None else np.asarray(field_val, dtype=bool)
     conformal = {}
     for nominal in params["conformal_levels"]:
-        sets = conformal_sets(val_prob, val_y, prob[labelled], float(nominal), int(params["seed"]))
-        conformal[f"{round(100 * float(nominal))}"] = {"nominal": float(nominal),
-                                                       **set_summary(sets, y[labelled], level)}
+        sets = conformal_sets(val_prob[field_val], val_y[field_val], prob[labelled], float(nominal),
+                              int(params["seed"]))
+        conformal[f"{round(100 * float(nominal))}"] = {
+            "nominal": float(nominal), "calibrated_on": "field val" if not field_val.all() else "val",
+            "calibration_rows": int(field_val.sum()), **set_summary(sets, y[labelled], level)}
     out = {"n": int(len(y)), "labelled": int(labelled.sum()),
            **_field_shares(accepted, correct, labelled, level), "conformal": conformal}
     # a source label mapped to a lab class by symptom (frogeye leaf spot -> black rot) is reported apart

@@ -124,3 +124,42 @@ def save_all(ch: Any, frames: dict[str, pd.DataFrame], states: dict[str, Any], p
         paths[name] = f"{FOLDER}/{name}.png"
         ch.save_figure(fig, paths[name], dpi=110)
     return paths
+
+
+def plot_protection(table: pd.DataFrame, chosen: str) -> Figure:
+    """Per candidate score: the share of each out-of-scope kind rejected, and of each in-scope set answered
+    and answered correctly (95 % Wilson intervals) — the chosen score drawn solid, the others hatched."""
+    scores = list(dict.fromkeys(table["score"]))
+    oos = table[table["kind"] != "in_scope"]
+    ins = table[table["kind"] == "in_scope"]
+    fig = Figure(figsize=(12, 3.8))
+    axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [max(1, oos["set"].nunique()), 1.3, 1.3]})
+    width = 0.8 / len(scores)
+    panels = ((axes[0], oos, "rejected", "out of scope: share rejected"),
+              (axes[1], ins, "coverage", "in scope: share answered"),
+              (axes[2], ins, "selective_accuracy", "in scope: accuracy on answered"))
+    for ax, part, column, title in panels:
+        sets = list(dict.fromkeys(part["set"]))
+        for i, score in enumerate(scores):
+            rows = part[part["score"] == score].set_index("set").reindex(sets)
+            value = rows[column].astype(float).to_numpy()
+            low, high = rows[f"{column}_lo"].astype(float), rows[f"{column}_hi"].astype(float)
+            err = np.nan_to_num(np.vstack([value - low, high - value]))
+            ax.bar(np.arange(len(sets)) + (i - (len(scores) - 1) / 2) * width, value, width, yerr=err,
+                   capsize=2, label=score, hatch=None if score == chosen else "//",
+                   alpha=1.0 if score == chosen else 0.6)
+        ax.set_xticks(np.arange(len(sets)))
+        ax.set_xticklabels(sets, rotation=30, ha="right", fontsize=8)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(title, fontsize=9)
+    axes[0].legend(fontsize=7, title=f"score (chosen: {chosen})", title_fontsize=7)
+    fig.suptitle("What each candidate score does at its validation-chosen thresholds (the .pte's outputs)",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def save_protection(ch: Any, table: pd.DataFrame, protection: dict[str, Any]) -> str:
+    rel_path = f"{FOLDER}/protection.png"
+    ch.save_figure(plot_protection(table, protection["chosen"]), rel_path)
+    return rel_path

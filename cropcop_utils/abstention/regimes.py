@@ -17,32 +17,40 @@ import pandas as pd
 
 from ..core.evidence import Chapter, read_registry
 from ..core.model_states import STATE_LABELS, STATE_NAMES, states_for
+from . import program_outputs
 from .calibration import calibration_block, fit_temperature, probabilities
 from .field_cohort import field_block
 from .records import FOLDER, PTE_VAL, VAL_RECORDS, AbstentionInputError, aligned
 from .selective import selective_block
+from .shipped_recipe import measure_protection
 
 
 def _records(ctx: Any, ch: Chapter, regime: Any, params: dict[str, Any], val_rows: pd.DataFrame,
-             n_classes: int) -> dict[str, str]:
-    """state → validation record path of the regime (its .pte's scored here)."""
-    from ..nets.states import load_state, score_rows
+             n_classes: int) -> tuple[dict[str, str], Any, Any]:
+    """(state → validation record path of the regime, its .pte's outputs on them, the loaded .pte): the
+    .pte's validation rows are scored here, with its features, in one pass."""
+    from ..nets.states import load_state
 
     with ch.native_output(regime.path(f"{FOLDER}/native.log")):
         pte = load_state(ch, "pte", n_classes, regime)
-        record = score_rows({"pte": pte}, val_rows, ctx.source_roots, ctx.section("image"),
-                            int(params["batch_size"]))["pte"]
+        val_out, record = program_outputs.score(pte.forward, val_rows, ctx.source_roots,
+                                                ctx.section("image"), int(params["batch_size"]),
+                                                f"{regime.name} pte val")
     ch.write_parquet(regime.path(PTE_VAL), record)
     selected = ch.read_json(regime.path("ptq/ptq.json"))["selected"]
-    return {**{s: regime.path(p) for s, p in VAL_RECORDS.items()},
-            "int8": regime.path(f"ptq/predictions_val_{selected}.parquet"), "pte": regime.path(PTE_VAL)}
+    return ({**{s: regime.path(p) for s, p in VAL_RECORDS.items()},
+             "int8": regime.path(f"ptq/predictions_val_{selected}.parquet"), "pte": regime.path(PTE_VAL)},
+            val_out, pte.forward)
 
 
 def regime_states(ctx: Any, ch: Chapter, regime: Any, params: dict[str, Any], val_rows: pd.DataFrame,
                   test_rows: pd.DataFrame, n_classes: int, indices: np.ndarray,
-                  cohort: pd.DataFrame | None) -> dict[str, Any]:
-    """state → temperature, calibration, selective risk (the profile's score) and field abstention."""
-    val_paths = _records(ctx, ch, regime, params, val_rows, n_classes)
+                  cohort: pd.DataFrame | None, frozen: Any = None,
+                  out_of_scope: pd.DataFrame | None = None) -> dict[str, Any]:
+    """``{"states": state → temperature, calibration, selective risk (the profile's score) and field
+    abstention, "protection": the same protection measurement as the shipped .pte's (None without
+    ``frozen`` and ``out_of_scope``)}``."""
+    val_paths, val_out, forward = _records(ctx, ch, regime, params, val_rows, n_classes)
     test_paths = {s.name: s.path for s in states_for(regime)}
     registry = read_registry(ch.run_dir)
     val_y, test_y = val_rows["label"].to_numpy(), test_rows["label"].to_numpy()
@@ -67,7 +75,19 @@ def regime_states(ctx: Any, ch: Chapter, regime: Any, params: dict[str, Any], va
                                 params)
         out[state] = {"label": STATE_LABELS[state], "model_state": test_sha, "temperature": t,
                       "calibration": calibration, "selective": selective, "field": field}
-    return out
+    protection = None
+    if frozen is not None and out_of_scope is not None:
+        cohorts = {}
+        field_path = regime.path("field/predictions_pte.parquet")
+        if cohort is not None and field_path in registry:
+            logits = aligned(ch.read_parquet(field_path), cohort, n_classes, field_path)[0]
+            cohorts[ctx.field_cohorts[0].name] = (cohort, logits)
+        with ch.native_output(regime.path(f"{FOLDER}/native.log")):
+            protection = measure_protection(ctx, ch, frozen, regime, forward, params,
+                                            out["pte"]["temperature"], (val_rows, val_out), test_rows,
+                                            ch.read_parquet(test_paths["pte"]), out_of_scope, cohorts,
+                                            recorded_out_of_scope=False)
+    return {"states": out, "protection": protection}
 
 
 def side_by_side(record: dict[str, Any]) -> pd.DataFrame:

@@ -7,8 +7,9 @@ finished run folder read-only (``config.reopen_run``) and verifies every file it
 registry.
 
 Filters: the class is the rows' true class or the class a state predicted (``by``), the model state
-whose errors are shown, and ``changed_only`` (rows whose prediction differs between the reference and
-the ``.pte``).
+whose errors are shown, ``changed_only`` (rows whose prediction differs between the reference and
+the ``.pte``) and ``abstention`` (rows the ``.pte``'s abstention recipe of chapter 11 answered or refused,
+from ``abstention/decisions.parquet`` when the run has it).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from ..core.config import RunContext, reopen_run
 from ..core.evidence import Chapter
 
 BY = {"true": "true class", "pred": "predicted class"}
+ABSTENTION = {"all": "all rows", "answered": "answered by the .pte", "refused": "refused by the .pte"}
+DECISIONS = "abstention/decisions.parquet"
 CHANGED_PAIR = ("reference", "pte")  # the whole deployment chain, as in model_states.PAIRS
 
 
@@ -41,6 +44,7 @@ class ExplorerData:
     ctx: RunContext
     paired: model_states.PairedStates
     classes: pd.DataFrame  # label, class_name, crop, type, ... train/test support
+    answered: np.ndarray | None = None  # per test row (paired order): the .pte's recipe answers it
 
     @property
     def states(self) -> list[str]:
@@ -71,7 +75,30 @@ def load(run_dir: str | os.PathLike) -> ExplorerData:
                                + ", ".join(s.path for s in model_states.STATES)
                                + "); run the chain through chapter 05 (training) first.")
     paired = analysis.pair_states(frames, frozen.rows, len(frozen.class_names))
-    return ExplorerData(ctx=ctx, paired=paired, classes=analysis.class_table(frozen.class_map, frozen.rows))
+    return ExplorerData(ctx=ctx, paired=paired, classes=analysis.class_table(frozen.class_map, frozen.rows),
+                        answered=_answered(ch, paired.rows))
+
+
+def _answered(ch: Chapter, rows: pd.DataFrame) -> np.ndarray | None:
+    """Chapter 11's decision on each test row (row order of ``rows``), or None before chapter 11 ran."""
+    from ..core.evidence import read_registry
+
+    if DECISIONS not in read_registry(ch.run_dir):
+        return None
+    decisions = ch.read_parquet(DECISIONS)
+    lab = decisions[decisions["set"] == "lab_test"].set_index("row_id")["answered"]
+    if set(lab.index) != set(rows["row_id"]):
+        return None  # decisions of another test split: not shown rather than misaligned
+    return lab.reindex(rows["row_id"]).to_numpy(dtype=bool)
+
+
+def _check_abstention(data: ExplorerData, abstention: str) -> str:
+    if abstention not in ABSTENTION:
+        raise ValueError(f"abstention must be one of {', '.join(ABSTENTION)}, not {abstention!r}")
+    if abstention != "all" and data.answered is None:
+        raise KeyError(f"{DECISIONS} is not in this run: run chapter 11 (abstention) to filter on its "
+                       "decisions")
+    return abstention
 
 
 def _check_state(data: ExplorerData, state: str) -> str:
@@ -137,10 +164,12 @@ def confusion_row(data: ExplorerData, label: int, by: str = "true") -> pd.DataFr
 
 
 def misclassified(data: ExplorerData, label: int, state: str = "pte", by: str = "true",
-                  changed_only: bool = False) -> pd.DataFrame:
+                  changed_only: bool = False, abstention: str = "all") -> pd.DataFrame:
     """The rows ``state`` gets wrong whose true class (``by="true"``) or whose ``state`` prediction
     (``by="pred"``) is ``label``, most confident first, with every state's prediction and the image path.
-    ``changed_only`` keeps only rows whose prediction differs between the reference and the ``.pte``."""
+    ``changed_only`` keeps only rows whose prediction differs between the reference and the ``.pte``;
+    ``abstention`` ("answered" / "refused") only the rows the ``.pte``'s abstention recipe answered or
+    refused."""
     state = _check_state(data, state)
     names = data.classes.set_index("label")["class_name"]
     rows, y, pred = data.paired.rows, data.paired.y, data.paired.preds[state]
@@ -148,17 +177,21 @@ def misclassified(data: ExplorerData, label: int, state: str = "pte", by: str = 
     chosen &= pred != y
     if changed_only:
         chosen &= changed_rows(data)
+    if _check_abstention(data, abstention) != "all":
+        chosen &= data.answered if abstention == "answered" else ~data.answered
     frame = rows.loc[chosen, ["row_id", "rel_path"]].copy()
     frame["true_class"] = names.reindex(y[chosen]).to_numpy()
     frame["margin"] = data.paired.margins[state][chosen]
     for other in data.states:
         frame[f"pred_{other}"] = names.reindex(data.paired.preds[other][chosen]).to_numpy()
+    if data.answered is not None:
+        frame["pte_answered"] = data.answered[chosen]
     frame["path"] = [str(data.ctx.corpus_root / p) for p in frame["rel_path"]]
     return frame.sort_values(["margin", "row_id"], ascending=[False, True]).reset_index(drop=True)
 
 
 def headline(data: ExplorerData, label: int, errors: pd.DataFrame, state: str, bold: str = "**{}**",
-             by: str = "true", changed_only: bool = False) -> str:
+             by: str = "true", changed_only: bool = False, abstention: str = "all") -> str:
     """One line above a class's view; ``bold`` formats the class name (Markdown by default, or HTML)."""
     who = model_states.STATE_LABELS[state]
     if _check_by(by) == "true":
@@ -166,6 +199,8 @@ def headline(data: ExplorerData, label: int, errors: pd.DataFrame, state: str, b
     else:
         what = f"{len(errors)} test rows of other classes that the {who} predicts as this class"
     only = " whose prediction changed between the reference and the .pte" if changed_only else ""
+    if abstention != "all":
+        only += f", {ABSTENTION[abstention]}'s abstention recipe"
     return (f"{bold.format(data.name(label))}: {what}{only}; each thumbnail shows its true class, the "
             f"{who}'s prediction and margin, then the other states' predictions.")
 
@@ -242,12 +277,13 @@ def plot_thumbnails(data: ExplorerData, errors: pd.DataFrame, state: str = "pte"
 
 
 def render(data: ExplorerData, label: int, state: str = "pte", max_images: int = 12, by: str = "true",
-           changed_only: bool = False) -> None:
+           changed_only: bool = False, abstention: str = "all") -> None:
     """Display one class's view statically (headline, scores, confusion row, thumbnails, their paths)."""
     from IPython.display import Image, Markdown, display
 
-    errors = misclassified(data, label, state, by, changed_only)
-    display(Markdown(headline(data, label, errors, state, by=by, changed_only=changed_only)))
+    errors = misclassified(data, label, state, by, changed_only, abstention)
+    display(Markdown(headline(data, label, errors, state, by=by, changed_only=changed_only,
+                              abstention=abstention)))
     display(class_scores(data, label).round(3))
     display(confusion_row(data, label, by))
     # PNG bytes, not the Figure: a kernel on the Agg backend has no figure formatter registered
@@ -278,9 +314,13 @@ def browser(data: ExplorerData, state: str = "pte", max_images: int = 12):
     changed = widgets.Checkbox(value=False, indent=False, disabled=not data.can_compare_changes,
                                description="only rows whose prediction changed between reference and .pte",
                                layout=widgets.Layout(width="auto"))
+    abstained = widgets.ToggleButtons(options=[(text, key) for key, text in ABSTENTION.items()], value="all",
+                                      disabled=data.answered is None, description="rows",
+                                      tooltips=["every test row", "rows the .pte's abstention recipe answers",
+                                                "rows it refuses (chapter 11)"])
     text, gallery = widgets.HTML(), widgets.HTML()
     for widget, name in ((picker, "class"), (by, "by"), (state_picker, "state"), (changed, "changed"),
-                         (text, "tables"), (gallery, "thumbnails")):
+                         (abstained, "abstention"), (text, "tables"), (gallery, "thumbnails")):
         widget.add_class(f"cropcop-{name}")
     relabelling = False
 
@@ -288,9 +328,9 @@ def browser(data: ExplorerData, state: str = "pte", max_images: int = 12):
         if relabelling:
             return
         label, chosen_state = picker.value, state_picker.value
-        errors = misclassified(data, label, chosen_state, by.value, changed.value)
+        errors = misclassified(data, label, chosen_state, by.value, changed.value, abstained.value)
         title = headline(data, label, errors, chosen_state, bold="<b>{}</b>", by=by.value,
-                         changed_only=changed.value)
+                         changed_only=changed.value, abstention=abstained.value)
         went = ("Where its test rows went" if by.value == "true"
                 else "Where the rows predicted as it came from")
         text.value = (f"<p>{title}</p>" + class_scores(data, label).round(3).to_html(index=False)
@@ -311,10 +351,12 @@ def browser(data: ExplorerData, state: str = "pte", max_images: int = 12):
 
     picker.observe(show, names="value")
     changed.observe(show, names="value")
+    abstained.observe(show, names="value")
     by.observe(relabel, names="value")
     state_picker.observe(relabel, names="value")
     show()
-    return widgets.VBox([widgets.HBox([picker, state_picker]), widgets.HBox([by, changed]), text, gallery])
+    return widgets.VBox([widgets.HBox([picker, state_picker]), widgets.HBox([by, changed]), abstained, text,
+                         gallery])
 
 
 def figure_png(fig: Figure, dpi: int = 110) -> bytes:

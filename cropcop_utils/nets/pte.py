@@ -42,8 +42,39 @@ class PteForward:
         """The largest batch the program accepts: the upper bound its input was planned for."""
         return int(self.program.metadata("forward").input_tensor_meta(0).sizes()[0])
 
+    @property
+    def n_outputs(self) -> int:
+        """1 for a program that returns logits; 2 for one that also returns its pooled features."""
+        return int(self.program.metadata("forward").num_outputs())
+
+    def outputs(self, batch: torch.Tensor) -> list[torch.Tensor]:
+        """Every output of ``forward`` on ``batch``: logits, then the features where the program has them."""
+        return list(self.method.execute([batch.contiguous()]))
+
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
-        return self.method.execute([batch.contiguous()])[0]
+        return self.outputs(batch)[0]
+
+
+class FeatureRecorder:
+    """A program's ``forward`` as a batch → logits callable (what ``predict`` expects) that keeps each
+    batch's features (the program's second output), so one pass gives the prediction record and the
+    features in the same row order."""
+
+    def __init__(self, forward: PteForward) -> None:
+        if forward.n_outputs < 2:
+            raise PteIntegrityError(f"the program {forward.sha256[:16]}… returns logits only, no features: "
+                                    "it was lowered before chapter 7 added them; rerun chapter 'runtime'")
+        self.forward = forward
+        self.batches: list[torch.Tensor] = []
+
+    def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+        logits, features = self.forward.outputs(batch)[:2]
+        self.batches.append(features.detach().clone())  # the method reuses its output memory
+        return logits.clone()
+
+    def matrix(self) -> torch.Tensor:
+        """The features of every row scored so far, in order (float32, rows × dim)."""
+        return torch.cat(self.batches) if self.batches else torch.empty(0, 0)
 
 
 def verified_pte_bytes(path: str | os.PathLike, expected_sha256: str, what: str = "") -> bytes:

@@ -136,23 +136,31 @@ def _callable(program: Any) -> Any:
 
 
 def score_locked_test(ch: Chapter, forward: Any, model_state: str, reader: str, cfg: Any,
-                     override: bool, reason: str | None, rel_path: str) -> tuple[pd.DataFrame, str]:
+                     override: bool, reason: str | None, rel_path: str,
+                     features_path: str | None = None) -> tuple[pd.DataFrame, str]:
     """The scored artifact's test record: reused when this exact state already wrote it, else read once.
 
-    Returns (record, how) with how = "read" (through the locked test) or "reused".
+    With ``features_path`` the program's second output (its pooled features) is recorded there from the
+    same pass, and a reuse needs that record too.  Returns (record, how) with how = "read" (through the
+    locked test) or "reused".
     """
     from ..core.evidence import read_registry
     from ..nets import predict
+    from ..nets.features import predict_with_features
     from ..split import locked_test
 
-    target = ch.path(rel_path)
-    if not override and rel_path in read_registry(ch.run_dir) and target.exists():
-        frame = ch.read_parquet(rel_path)
-        if len(frame) and (frame["model_state"] == model_state).all():
-            return frame, "reused"
+    registry = read_registry(ch.run_dir)
+    if not override and all(p in registry and ch.path(p).exists() for p in (rel_path, features_path) if p):
+        frames = [ch.read_parquet(p) for p in (rel_path, features_path) if p]
+        if all(len(f) and (f["model_state"] == model_state).all() for f in frames):
+            return frames[0], "reused"
     rows = locked_test.read_test_rows(ch.run_dir, model_state, reader=reader, override=override,
                                       reason=reason)
-    record = predict.predict(forward, rows, cfg, model_state, desc=f"{reader} test")
+    if features_path is None:
+        record = predict.predict(forward, rows, cfg, model_state, desc=f"{reader} test")
+    else:
+        record, features = predict_with_features(forward, rows, cfg, model_state, desc=f"{reader} test")
+        ch.write_parquet(features_path, features)
     ch.write_parquet(rel_path, record)
     return record, "read"
 

@@ -36,9 +36,11 @@ from ..core.config import REPO_ROOT, RunContext
 from ..core.evidence import Chapter, FingerprintMismatch, atomic_write_bytes
 from ..nets.int8_graph import load_program
 from ..nets.pte import PTE, PteForward, load_verified_pte, verified_pte_bytes
+from . import outputs
 
 FOLDER = "runtime"
 TEST_RECORD = "runtime/predictions_test.parquet"
+FEATURES_TEST = "runtime/features_test.parquet"  # the program's second output on the same test pass
 DISAGREEMENTS = "runtime/disagreements.parquet"
 NATIVE_LOG = "runtime/native.log"  # what ExecuTorch / XNNPACK write to stdout / stderr (C++ logging)
 DISAGREEMENT_KINDS = ("corrected error", "reversed correct", "wrong-to-wrong")
@@ -86,6 +88,18 @@ def lower(program: Any) -> tuple[bytes, pd.DataFrame, dict[str, int]]:
                "delegated_nodes": int(info.num_delegated_nodes),
                "non_delegated_nodes": int(info.num_non_delegated_nodes)}
     return buffer, table.reset_index(drop=True), summary
+
+
+def output_check(forward: PteForward, graph: torch.fx.GraphModule, image_size: int,
+                 seed: int) -> dict[str, Any]:
+    """The program read back from disk against the graph it was lowered from, on one seeded batch of
+    noise (no data split is read): both outputs' shapes, and how far the features differ."""
+    batch = 3  # neither 1 nor the planned maximum: a features output not resized to the batch shows
+    x = torch.rand(batch, 3, image_size, image_size, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        expected = graph(x)
+    return {"method": "forward", "names": list(outputs.OUTPUT_NAMES),
+            **outputs.check_features(forward.outputs(x), tuple(expected), batch)}
 
 
 def state_dict_bytes(state_dict: dict[str, torch.Tensor]) -> bytes:
@@ -337,9 +351,14 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
     frozen = load_frozen(ch)
     ptq_record = ch.read_json(at("ptq/ptq.json"))
     selected = ptq_record["selected_graph"]
+    image_size = int(ptq_record["compact"]["image_size"])
     with ch.native_output(at(NATIVE_LOG)):  # ExecuTorch's C++ logging goes to the log, not the book
         program = load_program(ch.verify(at(quant.SELECTED), selected["sha256"]).read_bytes())
-        data, delegation, delegation_summary = lower(program)
+        # the program returns (logits, features): chapter 11's abstention reads both (.outputs)
+        graph = outputs.with_feature_output(program.module())
+        example = torch.zeros(2, 3, image_size, image_size)
+        data, delegation, delegation_summary = lower(quant.export_dynamic(graph, example,
+                                                                          int(selected["max_batch"])))
     atomic_write_bytes(ch.path(at(PTE)), data)
     pte_sha = ch.record_output(at(PTE))
 
@@ -349,12 +368,14 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
 
     with ch.native_output(at(NATIVE_LOG)):
         forward = load_verified_pte(ctx.run_dir, at(PTE))
+        program_outputs = output_check(forward, graph, image_size, int(params["latency_seed"]))
         batch_size = min(int(params["batch_size"]), forward.max_batch)
         cfg = predict.PredictConfig.from_ctx(ctx, batch_size=batch_size,
                                              progress=bool(params.get("progress")))
         pte_test, access = quant.score_locked_test(ch, forward, pte_sha, "runtime", cfg,
                                                   bool(params.get("test_override", False)),
-                                                  params.get("test_override_reason"), at(TEST_RECORD))
+                                                  params.get("test_override_reason"), at(TEST_RECORD),
+                                                  features_path=at(FEATURES_TEST))
     graph_test = ch.read_parquet(at(quant.TEST_RECORD))
     if (graph_test["model_state"] != selected["sha256"]).any():
         raise FingerprintMismatch(f"{at(quant.TEST_RECORD)} was not written by {at(quant.SELECTED)}; "
@@ -396,7 +417,7 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
     return ch.finish(
         figures=figures, pte={"path": at(PTE), "sha256": pte_sha, **size}, delegation=delegation_summary,
         selected_graph=selected, selected_candidate=ptq_record["selected"], batch_size=batch_size,
-        pte_max_batch=forward.max_batch,
+        pte_max_batch=forward.max_batch, program_outputs=program_outputs,
         test=test, latency=None if latency is None else latency.to_dict("records"), latency_ratios=ratios,
         host={"cpu_count": os.cpu_count(), "platform": sys.platform, "torch": torch.__version__},
         regime=regime.name,

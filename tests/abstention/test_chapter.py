@@ -68,6 +68,16 @@ def test_chapter_runs_headless_and_writes_the_recipe(smoke_chapter):
     outputs = [o for c in cells for o in c.get("outputs", [])]
     assert outputs and not [o for o in outputs if o["output_type"] == "error"]
     assert any("ECE" in "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+    # the protection section: scores from the .pte's two outputs, a verdict against the targets
+    protection = record["figures"]["protection"]
+    assert protection["program"] == {"method": "forward", "outputs": ["logits", "features"],
+                                     "sha256": recipe["model_state"]}
+    assert recipe["protection"]["verdict"] == protection["verdict"]
+    table = pd.read_parquet(ctx.run_dir / protection["table"])
+    assert set(table["set"]) == set(protection["held_back"]) and "field" not in protection["fitted_on"]
+    assert any("does not protect" in "".join(o.get("data", {}).get("text/markdown", ""))
+               or "The abstention protects" in "".join(o.get("data", {}).get("text/markdown", ""))
+               for o in outputs)
 
 
 @pytest.mark.slow
@@ -103,3 +113,43 @@ def test_temperature_and_thresholds_come_from_validation_alone(smoke_chapter, tm
         moved.append(new["calibration"]["after"]["nll"] != old["calibration"]["after"]["nll"])
         moved.append(new["selective"]["msp"]["aurc"] != old["selective"]["msp"]["aurc"])
     assert all(moved)  # the rewrite reached every test figure: the check above is not vacuous
+    # the protection recipe (scores, thresholds, chosen candidate) is fitted on validation and the fitting
+    # outliers alone: the rewritten test moves its lab figures, not the recipe ...
+    old_p, new_p = before["figures"]["protection"], after["figures"]["protection"]
+    assert new_p["recipe"] == old_p["recipe"] and new_p["candidates"] == old_p["candidates"]
+    assert new_p["chosen_figures"]["lab_test"] != old_p["chosen_figures"]["lab_test"]
+    assert "lab_test" in old_p["held_back"] and old_p["fitted_on"]["fitting_kinds"] == ["jigsaw"]
+    # ... and neither do other evaluated out-of-scope inputs (more noise, crops of every sample photo)
+    more = run_chapter(config.reopen_run(copy), noise_images=5, photo_crops=2)["figures"]["protection"]
+    assert more["recipe"] == old_p["recipe"] and more["candidates"] == old_p["candidates"]
+    assert more["chosen_figures"]["noise"]["n"] == 5 != old_p["chosen_figures"]["noise"]["n"]
+
+
+@pytest.mark.slow
+def test_the_recipe_on_the_program_read_from_disk_gives_the_recorded_decisions(smoke_chapter):
+    """A user's deployment: load the .pte from disk (digest checked), refit the detectors on the reference
+    features the recipe names (digest checked), apply the recipe to the program's outputs on the written
+    out-of-scope images — the decisions are chapter 11's."""
+    import numpy as np
+
+    from cropcop_utils.abstention import program_outputs
+    from cropcop_utils.abstention.protection import apply_recipe, fit_detectors
+    from cropcop_utils.core.evidence import sha256_bytes
+    from cropcop_utils.nets.features import features_matrix
+    from cropcop_utils.nets.pte import load_verified_pte
+
+    ctx, _, record = smoke_chapter
+    recipe = record["deployment"]["protection"]["recipe"]
+    reference = pd.read_parquet(ctx.run_dir / recipe["reference_features"]["path"])
+    z = features_matrix(reference)
+    assert sha256_bytes(np.ascontiguousarray(z).tobytes()) == recipe["reference_features"]["sha256"]
+    detectors = fit_detectors(z, reference["label"].to_numpy(), recipe["knn_k"])
+    forward = load_verified_pte(ctx.run_dir)
+    assert forward.sha256 == record["deployment"]["protection"]["program"]["sha256"]
+    oos = pd.read_parquet(ctx.run_dir / "abstention/predictions_out_of_scope.parquet")
+    rows = oos[(oos["state"] == "pte") & oos["rel_path"].str.startswith("abstention/out_of_scope/")]
+    rows = rows[["row_id", "rel_path"]].assign(label=-1).reset_index(drop=True)
+    out, _ = program_outputs.score(forward, rows, ctx.run_dir, ctx.section("image"), 8, "oos")
+    decisions = pd.read_parquet(ctx.run_dir / "abstention/decisions.parquet").set_index("row_id")
+    np.testing.assert_array_equal(apply_recipe(recipe, detectors, out),
+                                  decisions.loc[rows["row_id"], "answered"].to_numpy())

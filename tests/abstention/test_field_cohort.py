@@ -76,3 +76,26 @@ def test_field_predictions_must_cover_the_cohort(tmp_path):
     ch.write_parquet("field/predictions_int8.parquet", short)
     with pytest.raises(AbstentionInputError, match="2 missing"):
         field_inputs(Chapter(tmp_path, "abstention"), 3)
+
+
+def test_field_sets_are_calibrated_on_field_val_when_the_regime_has_it():
+    """Pooled with confident lab val rows, the calibration quantile is small and field sets under-cover; on
+    the field val rows alone (the field_val mask) the sets grow to the level field photos need."""
+    rng = np.random.default_rng(0)
+    n_classes = 4
+    lab = rng.integers(0, n_classes, 400)
+    field = rng.integers(0, n_classes, 100)
+    lab_logits = np.eye(n_classes)[lab] * 8
+    noisy = lambda y: np.eye(n_classes)[y] * 2 + rng.normal(0, 1.2, (len(y), n_classes))  # noqa: E731
+    val_y = np.r_[lab, field]
+    val_prob = probabilities(np.r_[lab_logits, noisy(field)], 1.0)
+    cohort_y = rng.integers(0, n_classes, 300)
+    cohort = pd.DataFrame({"row_id": [f"f{i}" for i in range(300)], "label": cohort_y})
+    params = {**PARAMS, "conformal_levels": [0.9]}
+    mask = np.r_[np.zeros(len(lab), bool), np.ones(len(field), bool)]
+    pooled = field_block(noisy(cohort_y), cohort, 1.0, 0.5, val_prob, val_y, params)["conformal"]["90"]
+    own = field_block(noisy(cohort_y), cohort, 1.0, 0.5, val_prob, val_y, params, mask)["conformal"]["90"]
+    assert (own["calibrated_on"], own["calibration_rows"]) == ("field val", 100)
+    assert pooled["calibrated_on"] == "val" and pooled["calibration_rows"] == 500
+    assert own["coverage"]["value"] >= 0.85 > pooled["coverage"]["value"]
+    assert own["mean_set_size"] > pooled["mean_set_size"]

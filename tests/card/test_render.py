@@ -565,3 +565,56 @@ def test_the_card_names_each_cohort_and_where_no_other_source_was_tested(tmp_pat
     else:
         assert "no field cohort from another source" in claim and "which it never trained on" in claim
         assert "### Every field cohort" not in text
+
+
+def _protection(protects: bool) -> dict:
+    checks = [{"target": "far_rejection", "what": "noise rejected", "value": 0.99, "op": ">=", "goal": 0.95,
+               "met": True},
+              {"target": "field_coverage", "what": "orchard answered",
+               "value": 0.633 if not protects else 0.93, "op": ">=", "goal": 0.9, "met": protects}]
+    return {"recipe": {"temperature": 0.69, "score": "mahalanobis", "score_threshold": 1.1806,
+                       "confidence": "msp", "confidence_threshold": 0.9338, "in_scope_coverage": 0.95,
+                       "knn_k": 10,
+                       "reference_features": {"path": "abstention/reference_features.parquet", "rows": 2400,
+                                              "sha256": "ab" * 32, "split": "train",
+                                              "regime": "field_adapted"}},
+            "chosen": "mahalanobis", "chosen_label": "Mahalanobis distance (features)",
+            "program": {"method": "forward", "outputs": ["logits", "features"], "sha256": SHA["pte"]},
+            "fitted_on": {"val_rows": 450, "reference_rows": 2400, "fitting_kinds": ["jigsaw"],
+                          "fitting_rows": 450},
+            "held_back": ["noise", "orchard"],
+            "figures": {"orchard": {"kind": "in_scope", "n": 600, "coverage": 0.633,
+                                    "coverage_ci": [0.594, 0.671], "selective_accuracy": 0.966,
+                                    "selective_accuracy_ci": [0.942, 0.98]},
+                        "noise": {"kind": "far", "n": 200, "rejected": 0.99, "rejected_ci": [0.96, 1.0]}},
+            "targets": {"far_rejection": 0.95, "field_coverage": 0.9, "field_selective_accuracy": 0.97},
+            "verdict": {"checks": checks, "protects": protects,
+                        "unmet": [] if protects else ["orchard answered"], "unmeasured": []}}
+
+
+@pytest.mark.parametrize("protects", [False, True])
+def test_the_card_says_whether_the_abstention_protects(tmp_path, protects):
+    """Chapter 11's protection block on the card: the recipe, every held-back set's figures, and the verdict
+    in words — "does not protect" with each missed target, or the sets it may be relied on for."""
+    records = fixed_records()
+    records["abstention/abstention.json"]["deployment"]["protection"] = _protection(protects)
+    baseline = _protection(False)
+    baseline["figures"]["orchard"].update(selective_accuracy=0.333, selective_accuracy_ci=[0.192, 0.512])
+    records["abstention/abstention.json"]["deployment"]["other_regimes"] = {"baseline": baseline}
+    write_run(tmp_path, records)
+    text = card.render(card.collect(tmp_path))
+    assert "| `orchard` | in_scope | 600 | 63.3 % [59.4 %, 67.1 %] | 96.6 % [94.2 %, 98.0 %] |" in text
+    assert "| `noise` | far | 200 | – | – | 99.0 % [96.0 %, 100.0 %] |" in text
+    assert "rely on the abstention threshold above" not in text
+    # the lab-only regime under the same procedure: abstention must not be what makes it look deployable
+    assert ("**Abstention does not make it deployable**: of the `orchard` photos it answers it is right on "
+            "33.3 % (target ≥ 97 %)") in text
+    if protects:
+        assert "does not protect" not in text and "rely on the abstention for the sets named above" in text
+    else:
+        assert "**The abstention does not protect**" in text
+        assert "it misses orchard answered 63.3 % (target >= 90 %)" in text
+        assert "the abstention above does not protect against them" in text
+    (tmp_path / card.CARD).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / card.CARD).write_text(text)
+    assert card.audit_card(tmp_path) == []  # every number on it maps to its JSON path

@@ -186,3 +186,38 @@ def test_browser_filters_keep_the_class_and_redraw(run, data) -> None:
     assert "changed between the reference and the .pte" in text.value
     expected = "cropcop-thumb'" if len(only) else "No rows to show"
     assert gallery.value.count(expected) == max(len(only), 1)
+
+
+def test_filter_rows_the_pte_abstention_answered_or_refused(run, tmp_path: Path) -> None:
+    """With chapter 11's decisions in the run, the explorer narrows any state's errors to the test rows the
+    .pte's recipe answered, or to those it refused; without them the filter says which chapter to run."""
+    import shutil
+
+    import pandas as pd
+
+    from cropcop_utils.core.evidence import atomic_write_parquet, register
+
+    with pytest.raises(KeyError, match="run chapter 11"):
+        explorer.misclassified(explorer.load(run.run_dir), 0, "pte", abstention="refused")
+    copy = tmp_path / "run"
+    shutil.copytree(run.run_dir, copy)
+    answered = np.arange(len(run.test)) % 3 != 0
+    decisions = pd.DataFrame({"set": "lab_test", "kind": "in_scope", "row_id": run.test["row_id"],
+                              "score": "mahalanobis", "outlier_score": 0.0, "msp": 0.9, "answered": answered})
+    atomic_write_parquet(copy / explorer.DECISIONS, pd.concat([decisions, decisions.assign(set="noise",
+                                                                                           kind="far")]))
+    register(copy, explorer.DECISIONS, "abstention")
+    data = explorer.load(copy)
+    y = run.test["label"].to_numpy()
+    for label in range(len(CLASSES)):
+        wrong = (y == label) & (run.preds["int8"] != label)
+        parts = {a: explorer.misclassified(data, label, "int8", abstention=a) for a in explorer.ABSTENTION}
+        assert set(parts["answered"]["row_id"]) == set(run.test.loc[wrong & answered, "row_id"])
+        assert set(parts["refused"]["row_id"]) == set(run.test.loc[wrong & ~answered, "row_id"])
+        assert len(parts["all"]) == len(parts["answered"]) + len(parts["refused"])
+        assert parts["refused"]["pte_answered"].eq(False).all()
+    view = explorer.browser(data, "pte", max_images=50)
+    rows, text = _widget(view, "abstention"), _widget(view, "tables")
+    assert not rows.disabled
+    rows.value = "refused"
+    assert "refused by the .pte's abstention recipe" in text.value

@@ -21,6 +21,7 @@ from cropcop_utils.core import evidence
 from cropcop_utils.nets import pte as pte_program
 from cropcop_utils.nets.int8_graph import load_program
 from cropcop_utils.runtime import chapter as runtime
+from cropcop_utils.runtime import outputs
 from cropcop_utils.split import locked_test
 
 
@@ -89,6 +90,12 @@ def test_chapter_lowers_executes_from_disk_and_audits(runtime_run):
     # A new record for the .pte, read through the locked test under the .pte's own SHA-256.
     test = pd.read_parquet(run_dir / runtime.TEST_RECORD)
     assert len(test) == 12 and (test["model_state"] == record["pte"]["sha256"]).all()
+    # ... and, from the same pass, the program's second output: the features its classifier reads
+    assert record["program_outputs"]["names"] == ["logits", "features"]
+    features = pd.read_parquet(run_dir / runtime.FEATURES_TEST)
+    assert list(features["row_id"]) == list(test["row_id"])
+    assert (features["model_state"] == record["pte"]["sha256"]).all()
+    assert {len(f) for f in features["features"]} == {record["program_outputs"]["features_dim"]}
     accesses = locked_test.read_accesses(run_dir)
     assert list(accesses["reader"]) == ["training/compact", "ptq", "runtime"]
     graph = pd.read_parquet(run_dir / quant.TEST_RECORD)
@@ -184,6 +191,45 @@ def test_the_pte_computes_what_the_int8_graph_computes_at_any_batch(static_pte):
         assert float(decided.float().mean()) >= 0.9, float(decided.float().mean())
         assert torch.equal(out.argmax(1)[decided], want.argmax(1)[decided]), batch
     print(f"largest .pte - graph logit difference: {worst:.0f} output step(s) of {scale:.4g}")
+
+
+def test_the_features_output_leaves_the_logits_bit_identical(static_pte):
+    forward, program, x, _, max_batch = static_pte
+    featured = outputs.with_feature_output(program)
+    example = torch.zeros((2, *x.shape[1:]))
+    data, _, _ = runtime.lower(quant.export_dynamic(featured, example, max_batch))
+    both = pte_program.PteForward(data, evidence.sha256_bytes(data))
+    assert (forward.n_outputs, both.n_outputs) == (1, 2)
+    for batch in sorted({1, 7, max_batch}):
+        logits, features = both.outputs(x[:batch])
+        assert torch.equal(logits, forward(x[:batch])), batch  # adding the output changed no logit
+        want = featured(x[:batch])
+        assert torch.equal(want[0], program(x[:batch]))
+        check = outputs.check_features([logits, features], want, batch)
+        assert check["features_dim"] == features.shape[1] and check["features_max_relative_diff"] < 0.25
+    # the classifier's input, not some other tensor: exactly what the graph's final linear layer reads
+    linear = next(n for n in featured.graph.nodes if str(n.target) == "aten.linear.default")
+
+    class Capture(torch.fx.Interpreter):
+        def run_node(self, n):
+            if n is linear:
+                self.read = self.fetch_args_kwargs_from_env(n)[0][0]
+            return super().run_node(n)
+
+    capture = Capture(featured)
+    _, features = capture.run(x[:7])
+    assert torch.equal(features, capture.read)
+
+
+def test_a_features_output_that_did_not_lower_is_refused():
+    logits, features = torch.zeros(3, 4), torch.ones(3, 8)
+    assert outputs.check_features([logits, features], (logits, features), 3)["features_max_abs_diff"] == 0
+    with pytest.raises(outputs.ProgramOutputError, match="did not lower"):  # not resized to the batch
+        outputs.check_features([logits, torch.ones(32, 8)], (logits, features), 3)
+    with pytest.raises(outputs.ProgramOutputError, match="did not lower"):  # garbage values
+        outputs.check_features([logits, -features], (logits, features), 3)
+    with pytest.raises(outputs.ProgramOutputError, match="returned 1 outputs"):
+        outputs.check_features([logits], (logits, features), 3)
 
 
 def _tampered_copy(run_dir, tmp_path, name: str):

@@ -1,0 +1,98 @@
+"""Chapter 11's "Abstention that protects" section, rendered from the ``protection`` block of
+``abstention/abstention.json`` and its table (numbers never typed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+
+def _pct(share: dict[str, Any] | None) -> str:
+    if not share:
+        return "n/a"
+    low, high = share["ci"]
+    return f"{100 * share['value']:.1f} % [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def set_sentence(name: str, figures: dict[str, Any], targeted: tuple[str, ...] = ()) -> str:
+    """One set's figures under the chosen recipe: answered and right for an in-scope set, else rejected."""
+    if figures["kind"] == "in_scope":
+        return (
+            f"`{name}` (in scope, n = {figures['n']:,}): answered {_pct(figures.get('coverage'))}, right "
+            f"on {_pct(figures.get('selective_accuracy'))} of those answered"
+        )
+    note = "" if figures["kind"] == "far" or name in targeted else ", reported only: no target"
+    return (f"`{name}` ({figures['kind']} out of scope{note}, n = {figures['n']:,}): rejected "
+            f"{_pct(figures.get('rejected'))}")
+
+
+def verdict_sentence(verdict: dict[str, Any]) -> str:
+    """Whether the recipe meets every target of the profile, and which it misses or could not measure."""
+    if verdict["protects"]:
+        return (
+            "**The abstention protects** by the profile's targets: every measured figure meets its target "
+            "(point estimates; the intervals are beside them)."
+        )
+    parts = []
+    if verdict["unmet"]:
+        parts.append("it misses " + "; ".join(_check(c) for c in verdict["checks"] if c["met"] is False))
+    if verdict["unmeasured"]:
+        parts.append(
+            "it could not be measured on " + ", ".join(verdict["unmeasured"]) + " (no such inputs "
+            "in this run, or none answered)"
+        )
+    return (
+        "**The abstention does not protect** by the profile's targets: " + " and ".join(parts) + ". Rely "
+        "on it only within the figures above, not as a guarantee that unknown inputs are refused."
+    )
+
+
+def _check(c: dict[str, Any]) -> str:
+    unit = 100.0
+    return f"{c['what']} {unit * c['value']:.1f} % (target {c['op']} {unit * c['goal']:.0f} %)"
+
+
+def protection_text(protection: dict[str, Any]) -> str:
+    """The section's paragraph: program, fit, choice, every held-back set, verdict."""
+    recipe, fitted = protection["recipe"], protection["candidates"]
+    chosen = protection["chosen"]
+    ref = recipe["reference_features"]
+    others = ", ".join(f"`{n}` {_pct(c['fitting_rejection'])}" for n, c in fitted.items() if n != chosen)
+    fit = protection["fitted_on"]
+    program = protection["program"]
+    targeted = tuple(protection.get("near_target_kinds") or ())
+    return (
+        f"Every score here comes from the shipped program's own outputs (method `{program['method']}` → "
+        f"{', '.join(program['outputs'])}; `.pte` {program['sha256'][:12]}…), "
+        f"with {protection['library']}. The feature scores measure distance to the features of the "
+        f"{ref['rows']:,} training photos of the `{ref['regime']}` regime (SHA-256 {ref['sha256'][:12]}…). "
+        f"Fitted on validation only ({fit['val_rows']:,} rows): each candidate's outlier threshold keeps "
+        f"{100 * recipe['in_scope_coverage']:.0f} % of them, and the confidence threshold among those is "
+        "the lowest whose answered validation rows keep the target risk. The candidate was chosen on a "
+        f"fitting kind of outlier that is never evaluated ({', '.join(fit['fitting_kinds'])}: "
+        f"{fit['fitting_rows']:,} validation photos cut into tiles and shuffled) by the rule: "
+        f"{protection['choice_rule']}. "
+        f"**{protection['chosen_label']}** (`{chosen}`) rejected {_pct(fitted[chosen]['fitting_rejection'])} "
+        f"of them ({others or 'no other candidate'}). The recipe: temperature {recipe['temperature']:.3f}; "
+        f"answer when `{chosen}` ≤ {recipe['score_threshold']:.4g} and the calibrated max softmax ≥ "
+        f"{recipe['confidence_threshold']:.4f}.\n\n"
+        "On inputs it never saw while these were chosen (95 % Wilson intervals): "
+        + "; ".join(set_sentence(n, f, targeted) for n, f in protection["chosen_figures"].items())
+        + ".\n\n"
+        + verdict_sentence(protection["verdict"])
+    )
+
+
+def candidates_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Every candidate side by side: per set, the share answered (in scope) or rejected (out of scope),
+    and the accuracy on answered in-scope rows (empty where a candidate answered none)."""
+    inside = table["kind"] == "in_scope"
+    long = pd.concat([
+        table.assign(measure=inside.map({True: "answered", False: "rejected"}),
+                     value=table["coverage"].where(inside, table["rejected"])),
+        table[inside].assign(measure="right among answered", value=table["selective_accuracy"]),
+    ])
+    long["value"] = long["value"].astype(float)
+    wide = long.set_index(["kind", "set", "measure", "score"])["value"].unstack("score")
+    return wide.sort_index(level=[0, 1], sort_remaining=False)[list(dict.fromkeys(table["score"]))]
