@@ -152,10 +152,12 @@ def plot_protection(table: pd.DataFrame, chosen: str) -> Figure:
         ax.set_xticklabels(sets, rotation=30, ha="right", fontsize=8)
         ax.set_ylim(0, 1.05)
         ax.set_title(title, fontsize=9)
-    axes[0].legend(fontsize=7, title=f"score (chosen: {chosen})", title_fontsize=7)
+    # below the panels: above them the legend would cover the bars of the first kinds
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=len(scores), fontsize=8,
+               title=f"score (chosen: {chosen}; the others hatched)", title_fontsize=8)
     fig.suptitle("What each candidate score does at its validation-chosen thresholds (the .pte's outputs)",
                  fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
 

@@ -63,7 +63,7 @@ def protection_text(protection: dict[str, Any]) -> str:
     program = protection["program"]
     targeted = tuple(protection.get("near_target_kinds") or ())
     return (
-        f"Every score here comes from the shipped program's own outputs (method `{program['method']}` → "
+        f"Every score here comes from this `.pte`'s own outputs (method `{program['method']}` → "
         f"{', '.join(program['outputs'])}; `.pte` {program['sha256'][:12]}…), "
         f"with {protection['library']}. The feature scores measure distance to the features of the "
         f"{ref['rows']:,} training photos of the `{ref['regime']}` regime (SHA-256 {ref['sha256'][:12]}…). "
