@@ -8,6 +8,7 @@ FIELD_TRAIN ?=
 PROFILE ?= default
 RUN_DIR ?= runs/$(PROFILE)
 UNTIL   ?=
+FORCE   ?=
 
 .PHONY: book test lint venv bench clean explore
 
@@ -21,7 +22,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 venv: $(VENV)/.installed
 
 book: venv
-	$(PY) -m cropcop_utils book --data $(DATA) $(foreach f,$(FIELD),--field $(f)) $(if $(FIELD_TRAIN),--field-train $(FIELD_TRAIN)) --profile $(PROFILE) --run-dir $(RUN_DIR) $(if $(UNTIL),--until $(UNTIL))
+	$(PY) -m cropcop_utils book --data $(DATA) $(foreach f,$(FIELD),--field $(f)) $(if $(FIELD_TRAIN),--field-train $(FIELD_TRAIN)) --profile $(PROFILE) --run-dir $(RUN_DIR) $(if $(UNTIL),--until $(UNTIL)) $(if $(FORCE),--force)
 
 # The error explorer as an app on a finished run (Voilà on 127.0.0.1; prints its URL; Ctrl-C stops it).
 explore: venv
@@ -31,7 +32,7 @@ lint: venv
 	$(VENV)/bin/ruff check cropcop_utils tests bench
 
 test: lint
-	$(VENV)/bin/pytest -q -n auto --dist loadgroup
+	$(VENV)/bin/pytest -q -n auto --dist loadgroup --durations=25
 
 bench: venv
 	$(PY) bench/audit_bench.py

@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "or a path to a profile YAML")
     book.add_argument("--run-dir", default=None, help="run folder (default: runs/<profile>)")
     book.add_argument("--until", default=None, help="run the chain only up to this chapter (e.g. audit)")
+    book.add_argument("--force", action="store_true",
+                      help="run every chapter, even those whose code, parameters and inputs are unchanged")
     book.add_argument("--no-html", action="store_true", help="execute the notebooks but skip the HTML build")
     explore = commands.add_parser("explore", help="serve the error explorer on a run folder (127.0.0.1)")
     explore.add_argument("--run-dir", required=True, help="a run folder that reached training or later")
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = args.run_dir or f"runs/{args.profile}"
     try:
         run_book(run_dir, profile=args.profile, data=args.data, field=args.field,
-                 field_train=args.field_train, until=args.until, html=not args.no_html,
+                 field_train=args.field_train, until=args.until, html=not args.no_html, force=args.force,
                  log=lambda line: print(line, flush=True))
     except ChapterFailed as error:
         print(f"error: {error}", file=sys.stderr)

@@ -13,15 +13,25 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .card.render import CARD
-from .core import timings
+from .core import freshness, timings
 from .core.chain import CHAPTERS, ChapterSpec
-from .core.config import REPO_ROOT, SYNTHETIC, RunContext, open_run
+from .core.config import (
+    PACKAGE_DIR,
+    PARAMS_NAME,
+    REPO_ROOT,
+    SYNTHETIC,
+    RunContext,
+    changed_parameters,
+    open_run,
+)
 from .core.evidence import atomic_write_text
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
@@ -111,11 +121,13 @@ def prepare_book_dir(run_dir: Path) -> Path:
     return book_dir
 
 
-def write_run_pages(ctx: RunContext, ran: list[ChapterSpec], book_dir: Path) -> Path:
-    """Write the generated pages (run facts for the intro, evidence summary) and this run's toc."""
+def write_run_pages(ctx: RunContext, ran: list[ChapterSpec], book_dir: Path,
+                    reused: list[ChapterSpec] | None = None) -> Path:
+    """Write the generated pages (run facts for the intro, evidence summary) and this run's toc.  ``ran``
+    is every chapter in the book, ``reused`` those of them an earlier invocation computed."""
     from .core.summary import render_summary_markdown
 
-    atomic_write_text(book_dir / "_run_facts.md", render_run_facts(ctx, ran))
+    atomic_write_text(book_dir / "_run_facts.md", render_run_facts(ctx, ran, reused or []))
     front = []
     summary = render_summary_markdown(ctx.run_dir)
     atomic_write_text(book_dir / "summary.md", summary)
@@ -137,7 +149,7 @@ def write_run_pages(ctx: RunContext, ran: list[ChapterSpec], book_dir: Path) -> 
     return toc_path
 
 
-def render_run_facts(ctx: RunContext, ran: list[ChapterSpec]) -> str:
+def render_run_facts(ctx: RunContext, ran: list[ChapterSpec], reused: list[ChapterSpec] | None = None) -> str:
     params = ctx.params
     corpus = ("the embedded synthetic corpus (generated from seed "
               f"{params['synthetic']['seed']} into the run folder)" if ctx.data == SYNTHETIC
@@ -161,8 +173,11 @@ def render_run_facts(ctx: RunContext, ran: list[ChapterSpec]) -> str:
         f"| Model input size | {params['image']['size']} × {params['image']['size']} px |",
         f"| Run folder | `{ctx.run_dir}` |",
         f"| Parameters fingerprint | `{ctx.fingerprint}` (SHA-256 of the resolved `params.yaml`) |",
-        f"| Chapters executed | {', '.join(c.title for c in ran)} |",
+        f"| Chapters in this book | {', '.join(c.title for c in ran)} |",
     ]
+    if reused:
+        lines.append(f"| Chapters reused from an earlier invocation | {', '.join(c.title for c in reused)} "
+                     "(same code, parameters read and input folders; files verified) |")
     if skipped:
         lines.append(f"| Chapters not executed in this run | {', '.join(skipped)} |")
     return "\n".join(lines) + "\n"
@@ -199,29 +214,64 @@ def build_html(run_dir: Path, toc: Path) -> Path:
 
 def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = SYNTHETIC,
              field: str | os.PathLike | list | None = None, until: str | None = None, html: bool = True,
-             log: Any = print, field_train: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Execute the chain (or its prefix up to ``until``) and render what ran.
+             log: Any = print, field_train: str | os.PathLike | None = None,
+             force: bool = False) -> dict[str, Any]:
+    """Execute the chain (or its prefix up to ``until``) and render it.
+
+    In a run folder that already holds a book, the chapters before the first one that is not fresh
+    (:mod:`cropcop_utils.core.freshness`: same code, same parameters read, same input folders, its files
+    verified) are reused as they are; that chapter and every one after it run.  A profile whose parameters
+    differ from the recorded ones is accepted: the chapters that read a changed parameter, and those
+    after them, run again.  ``force`` runs every chapter.
 
     Executed notebooks go to ``RUN_DIR/book/``, the HTML to ``RUN_DIR/html/`` (the runner prints the
     front page's path).
     """
-    ctx = open_run(run_dir, profile=profile, data=data, field=field, field_train=field_train)
+    before = _recorded_params(run_dir)
+    ctx = open_run(run_dir, profile=profile, data=data, field=field, field_train=field_train,
+                   accept_changed_parameters=True)
     book_dir = prepare_book_dir(ctx.run_dir)
     chain = chapters_until(until)
     log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, field {', '.join(ctx.fields) or None}"
         + (f", field-train {ctx.field_train}" if ctx.field_train else "") + f", run folder {ctx.run_dir}")
+    if before is not None and changed_parameters(before, dict(ctx.params)):
+        log(f"parameters changed since the last run in this folder: "
+            f"{', '.join(changed_parameters(before, dict(ctx.params)))}")
     ran: list[ChapterSpec] = []
+    reused: list[ChapterSpec] = []
     spent: list[dict[str, Any]] = []   # wall and CPU seconds per chapter (RUN_DIR/timings.json)
+    states = freshness.read_state(ctx.run_dir)
     started = time.perf_counter()
+    stale_from: str | None = "forced (--force)" if force else None
     try:
         for number, spec in enumerate(chain, start=1):
+            code = freshness.code_fingerprint(PACKAGE_DIR, NOTEBOOKS_DIR / f"{spec.notebook}.ipynb")
+            if stale_from is None:
+                stale_from = freshness.why_stale(
+                    ctx.run_dir, spec.record, book_dir / f"{spec.notebook}.ipynb", states.get(spec.name),
+                    ctx.params, code, REPO_ROOT)
+                if stale_from is None:
+                    reused.append(spec)
+                    log(f"[{number}/{len(chain)}] {spec.name}: unchanged (same code, parameters, input "
+                        "folders; its files verified): reused, not rerun")
+                    continue
+                log(f"[{number}/{len(chain)}] {spec.name}: runs because {stale_from}; so do the chapters "
+                    "after it")
+            # forgotten first, so a chapter that fails leaves no claim that it is fresh
+            states.pop(spec.name, None)
+            freshness.write_state(ctx.run_dir, states)
+            freshness.forget_reads(ctx.run_dir, spec.name)
             log(f"[{number}/{len(chain)}] {spec.name}: running {spec.notebook}.ipynb …")
-            with timings.measured(spec.name, spent):
+            with timings.measured(spec.name, spent), _kernel_knows_its_chapter(spec.name):
                 execute_chapter(spec, ctx, book_dir, profile)
             ran.append(spec)
+            keys = freshness.keys_read(ctx.run_dir, spec.name)
+            states[spec.name] = {**freshness.chapter_basis(dict(ctx.params), keys, code, REPO_ROOT),
+                                 "record_sha256": freshness.record_sha256(ctx.run_dir, spec.record)}
+            freshness.write_state(ctx.run_dir, states)
             log(f"[{number}/{len(chain)}] {spec.name}: done in {spent[-1]['wall_s']:.1f} s "
                 f"({spent[-1]['cpu_s']:.1f} CPU s)")
-        toc = write_run_pages(ctx, ran, book_dir)
+        toc = write_run_pages(ctx, chain, book_dir, reused)
         index = None
         if html:
             log("rendering the book with jupyter-book (-W) …")
@@ -234,5 +284,25 @@ def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = S
         log(f"executed notebooks: {book_dir} (not rendered: --no-html)")
     total = time.perf_counter() - started
     log(f"total wall time {total:.1f} s")
-    return {"run_dir": str(ctx.run_dir), "book_dir": book_dir, "chapters": [c.name for c in ran],
+    return {"run_dir": str(ctx.run_dir), "book_dir": book_dir, "chapters": [c.name for c in chain],
+            "ran": [c.name for c in ran], "reused": [c.name for c in reused],
             "index": index, "wall_seconds": total}
+
+
+def _recorded_params(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    path = Path(run_dir) / PARAMS_NAME
+    return yaml.safe_load(path.read_text())["params"] if path.exists() else None
+
+
+@contextmanager
+def _kernel_knows_its_chapter(name: str) -> Iterator[None]:
+    """The chapter's kernel inherits ``CROPCOP_CHAPTER``: its parameters note the keys it reads."""
+    previous = os.environ.get(freshness.CHAPTER_ENV)
+    os.environ[freshness.CHAPTER_ENV] = name
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(freshness.CHAPTER_ENV, None)
+        else:
+            os.environ[freshness.CHAPTER_ENV] = previous

@@ -1,3 +1,4 @@
+import json
 import subprocess
 from pathlib import Path
 
@@ -6,6 +7,7 @@ import yaml
 
 from cropcop_utils import book
 from cropcop_utils.__main__ import build_parser
+from cropcop_utils.core import freshness
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -221,3 +223,59 @@ def test_real_data_smoke_book_runs_every_chapter_on_a_sample_that_keeps_real_lea
     assert "its record lacks" not in summary  # every chapter's headline sentence found its keys
     page = (html / "07_runtime.html").read_text()
     assert "cpuinfo_utils.cpp" not in page and "runtime/native.log" in page
+
+
+_RECORDING_CHAPTER = """from cropcop_utils.core import config
+from cropcop_utils.core.evidence import Chapter
+ctx = config.open_run(run_dir, profile=profile, data=data)
+chapter = Chapter(ctx.run_dir, "corpus")
+chapter.write_json("corpus/seed.json", {"seed": ctx.params["seed"]})
+chapter.finish({})
+"""
+
+
+def test_a_rerun_reuses_a_chapter_until_a_parameter_it_read_changes(tmp_path, monkeypatch):
+    _plant_corpus_chapter(tmp_path, monkeypatch, _RECORDING_CHAPTER)
+    run = tmp_path / "run"
+    lines: list[str] = []
+
+    def again(profile: str, **kwargs) -> dict:
+        return book.run_book(run, profile=profile, until="corpus", html=False, log=lines.append, **kwargs)
+
+    assert again("smoke")["ran"] == ["corpus"]
+    assert freshness.keys_read(run, "corpus") == ["seed"]  # what the kernel read, noted as it read it
+    second = again("smoke")
+    assert (second["ran"], second["reused"]) == ([], ["corpus"])
+    assert any("corpus: unchanged" in line for line in lines)
+    unread = tmp_path / "epochs.yaml"      # a parameter the chapter never read
+    unread.write_text("extends: smoke\ntraining: {epochs: 1}\n")
+    assert again(str(unread))["reused"] == ["corpus"]
+    seeded = tmp_path / "seed.yaml"
+    seeded.write_text("extends: smoke\nseed: 5\n")
+    assert again(str(seeded))["ran"] == ["corpus"]
+    assert any("runs because parameter seed changed" in line for line in lines)
+    assert json.loads((run / "corpus" / "seed.json").read_text()) == {"seed": 5}
+    assert again(str(seeded), force=True)["ran"] == ["corpus"]
+    (run / "corpus" / "seed.json").write_text('{"seed": 6}')    # a file changed after the chapter wrote it
+    assert again(str(seeded))["ran"] == ["corpus"]
+    assert json.loads((run / "corpus" / "seed.json").read_text()) == {"seed": 5}
+
+
+@pytest.mark.slow
+def test_a_finished_book_reruns_only_the_chapters_after_a_changed_parameter(smoke_book, tmp_path):
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(smoke_book["run_dir"], run)
+    same = book.run_book(run, profile="smoke", html=False, log=lambda _: None)
+    assert same["ran"] == [] and same["reused"] == [c.name for c in book.CHAPTERS]
+    changed = tmp_path / "field-bootstrap.yaml"     # one parameter only chapter 10 (and after) reads
+    changed.write_text("extends: smoke\nfield_transfer: {bootstrap: 150}\n")
+    lines: list[str] = []
+    again = book.run_book(run, profile=str(changed), html=False, log=lines.append)
+    assert again["ran"] == ["field", "abstention"] and again["reused"] == [c.name for c in book.CHAPTERS[:9]]
+    assert any("field: runs because parameter" in line and "field_transfer.bootstrap" in line
+               for line in lines)
+    assert json.loads((run / "field" / "field.json").read_text())["params"]["bootstrap"] == 150
+    facts = (run / "book" / "_run_facts.md").read_text()
+    assert "Chapters reused from an earlier invocation" in facts and "Per-class analysis" in facts

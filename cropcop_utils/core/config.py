@@ -12,6 +12,7 @@ import yaml
 
 from . import cohorts
 from .evidence import atomic_write_text, sha256_json
+from .freshness import ReadParams
 from .sources import FIELD_TRAIN, LAB
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -189,6 +190,7 @@ def open_run(
     overrides: dict[str, Any] | None = None,
     field: str | os.PathLike | list | tuple | None = None,
     field_train: str | os.PathLike | None = None,
+    accept_changed_parameters: bool = False,
 ) -> RunContext:
     """Create or reopen a run folder.
 
@@ -207,6 +209,11 @@ def open_run(
     ``field_train`` (``--field-train``): a folder of labelled field photos in ``<lab class>/<images>``
     that chapter 1 scans as a training source (recorded as an absolute path); not given, what
     ``params.yaml`` recorded, else None.  A run folder reopened with another one is refused.
+
+    ``accept_changed_parameters`` (the book runner only): a profile whose parameters differ from the
+    recorded ones replaces them in ``params.yaml`` (the runner then reruns every chapter that read a
+    changed key, :mod:`cropcop_utils.core.freshness`); another corpus, field cohort or field-train folder
+    is still refused.
     """
     run_dir = Path(run_dir).resolve()
     if data != SYNTHETIC:
@@ -239,22 +246,35 @@ def open_run(
     if declared:  # only when declared, so run folders made before sources existed keep their fingerprint
         params["field_sources"] = declared
     fingerprint = sha256_json(params)
-    if recorded is not None:
-        if recorded.get("fingerprint") != fingerprint:
-            raise RunFolderConflict(
-                f"{run_dir} was made with profile {recorded['params'].get('name')!r} on "
-                f"{recorded['params'].get('data')!r}, field cohort {recorded['params'].get('field')!r}, "
-                f"field-train {recorded['params'].get('field_train')!r} "
-                f"(params fingerprint {str(recorded.get('fingerprint'))[:12]}…); this call asks for "
-                f"profile {profile!r} on {data!r}, field cohort {params.get('field')!r}, field-train "
-                f"{params.get('field_train')!r} ({fingerprint[:12]}…). Use a new --run-dir or the same "
-                "settings."
-            )
-    else:
+    changed = changed_parameters(recorded["params"], params) if recorded is not None else []
+    if recorded is not None and recorded.get("fingerprint") != fingerprint and (
+            not accept_changed_parameters or set(changed) & set(RUN_IDENTITY)):
+        raise RunFolderConflict(
+            f"{run_dir} was made with profile {recorded['params'].get('name')!r} on "
+            f"{recorded['params'].get('data')!r}, field cohort {recorded['params'].get('field')!r}, "
+            f"field-train {recorded['params'].get('field_train')!r} "
+            f"(params fingerprint {str(recorded.get('fingerprint'))[:12]}…); this call asks for "
+            f"profile {profile!r} on {data!r}, field cohort {params.get('field')!r}, field-train "
+            f"{params.get('field_train')!r} ({fingerprint[:12]}…). Use a new --run-dir or the same "
+            "settings."
+            + (f" (Only profile parameters may change in a run folder; {', '.join(changed)} differ.)"
+               if accept_changed_parameters else "")
+        )
+    if recorded is None or recorded.get("fingerprint") != fingerprint:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(params_path, yaml.safe_dump({"fingerprint": fingerprint, "params": params},
                                                       sort_keys=False))
-    return RunContext(run_dir=run_dir, params=params, fingerprint=fingerprint)
+    return RunContext(run_dir=run_dir, params=ReadParams(params, run_dir), fingerprint=fingerprint)
+
+
+# What a run folder is about; a profile's other parameters may change between invocations of the runner.
+RUN_IDENTITY = ("data", "field", "field_train", "field_sources")
+
+
+def changed_parameters(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The top-level keys whose values differ between two resolved parameter sets."""
+    return sorted(k for k in set(before) | set(after)
+                  if sha256_json(before.get(k)) != sha256_json(after.get(k)))
 
 
 def resolve_fields(field: str | os.PathLike | list | tuple, data: str,
@@ -307,4 +327,5 @@ def reopen_run(run_dir: str | os.PathLike) -> RunContext:
     recorded = yaml.safe_load(params_path.read_text())
     if sha256_json(recorded["params"]) != recorded["fingerprint"]:
         raise RunFolderConflict(f"{params_path} was edited after it was written (fingerprint mismatch)")
-    return RunContext(run_dir=run_dir, params=recorded["params"], fingerprint=recorded["fingerprint"])
+    return RunContext(run_dir=run_dir, params=ReadParams(recorded["params"], run_dir),
+                      fingerprint=recorded["fingerprint"])

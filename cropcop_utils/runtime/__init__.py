@@ -6,5 +6,6 @@
 """
 
 from .chapter import classify_disagreement, lower, run_chapter
+from .device import DEVICE_PTE, device_text
 
-__all__ = ["classify_disagreement", "lower", "run_chapter"]
+__all__ = ["DEVICE_PTE", "classify_disagreement", "device_text", "lower", "run_chapter"]

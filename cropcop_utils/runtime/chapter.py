@@ -36,7 +36,7 @@ from ..core.config import REPO_ROOT, RunContext
 from ..core.evidence import Chapter, FingerprintMismatch, atomic_write_bytes
 from ..nets.int8_graph import load_program
 from ..nets.pte import PTE, PteForward, load_verified_pte, verified_pte_bytes
-from . import outputs
+from . import device, outputs
 
 FOLDER = "runtime"
 TEST_RECORD = "runtime/predictions_test.parquet"
@@ -46,7 +46,7 @@ NATIVE_LOG = "runtime/native.log"  # what ExecuTorch / XNNPACK write to stdout /
 DISAGREEMENT_KINDS = ("corrected error", "reversed correct", "wrong-to-wrong")
 MIB = 2**20
 DEFAULTS: dict[str, Any] = {"batch_size": 32, "latency_warmup": 5, "latency_runs": 50, "threads": 1,
-                            "latency_timeout_s": 900, "latency_seed": 0}
+                            "latency_timeout_s": 900, "latency_seed": 0, "device_batch": 1}
 _OPTIONS = {"test_override", "test_override_reason", "progress", "measure_latency"}
 
 
@@ -262,21 +262,33 @@ def measure(spec: dict[str, Any], timeout_s: float = 900) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def compare_latency(pte_spec: dict[str, Any], eager_spec: dict[str, Any],
-                    timeout_s: float = 900) -> pd.DataFrame:
-    """One row per model (.pte, eager float) with p50 / p95 ms per image and memory; sequential runs."""
-    rows = [{"model": ".pte (XNNPACK, INT8)", **measure(pte_spec, timeout_s)},
-            {"model": "eager float (PyTorch)", **measure(eager_spec, timeout_s)}]
+def compare_latency(pte_spec: dict[str, Any], eager_spec: dict[str, Any], timeout_s: float = 900,
+                    device_spec: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per model (.pte, the device program when given, eager float) with p50 / p95 ms per image
+    and memory; sequential runs."""
+    rows = [{"model": ".pte (XNNPACK, INT8)", **measure(pte_spec, timeout_s)}]
+    if device_spec is not None:
+        rows.append({"model": f".pte device program (batch {device_spec.get('batch', 1)})",
+                     **measure(device_spec, timeout_s), "kind": "device_pte"})
+    rows.append({"model": "eager float (PyTorch)", **measure(eager_spec, timeout_s)})
     return pd.DataFrame(rows)
 
 
 def latency_ratios(table: pd.DataFrame) -> dict[str, float]:
-    """.pte / eager float for p50, p95 and the memory above baseline (< 1: the .pte is faster / smaller)."""
-    pte, eager = (table[table["kind"] == k].iloc[0] for k in ("pte", "eager"))
-    return {"p50_ratio": float(pte["p50_ms"] / eager["p50_ms"]),
-            "p95_ratio": float(pte["p95_ms"] / eager["p95_ms"]),
-            "memory_ratio": float(pte["peak_above_baseline_mib"] / eager["peak_above_baseline_mib"])
-            if eager["peak_above_baseline_mib"] > 0 else float("nan")}
+    """.pte / eager float for p50, p95 and the memory above baseline (< 1: the .pte is faster / smaller);
+    the device program's (``device_``) beside them when the table has it."""
+    eager = table[table["kind"] == "eager"].iloc[0]
+    out: dict[str, float] = {}
+    for kind, prefix in (("pte", ""), ("device_pte", "device_")):
+        if not (table["kind"] == kind).any():
+            continue
+        row = table[table["kind"] == kind].iloc[0]
+        out.update({f"{prefix}p50_ratio": float(row["p50_ms"] / eager["p50_ms"]),
+                    f"{prefix}p95_ratio": float(row["p95_ms"] / eager["p95_ms"]),
+                    f"{prefix}memory_ratio": float(row["peak_above_baseline_mib"]
+                                                   / eager["peak_above_baseline_mib"])
+                    if eager["peak_above_baseline_mib"] > 0 else float("nan")})
+    return out
 
 
 def plot_latency(table: pd.DataFrame) -> Figure:
@@ -304,25 +316,29 @@ def runtime_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
         raise RuntimeConfigError(f"runtime.run_chapter options {sorted(unknown)} are not accepted; options "
                                  f"are {sorted(_OPTIONS)} (the rest lives in the profile's runtime section)")
     params = {**DEFAULTS, "measure_latency": True, **ctx.section("runtime"), **options}
-    for key in ("batch_size", "latency_runs", "threads"):
+    for key in ("batch_size", "latency_runs", "threads", "device_batch"):
         if int(params[key]) < 1:
             raise RuntimeConfigError(f"runtime.{key} must be >= 1, got {params[key]}")
     return params
 
 
 def chapter_latency(ch: Chapter, params: dict[str, Any], image_size: int, pte_sha: str,
-                    state: dict[str, Any], state_blob: bytes) -> pd.DataFrame:
-    """The chapter's .pte against the eager float model (its state_dict in a scratch file)."""
+                    state: dict[str, Any], state_blob: bytes, device_sha: str | None = None) -> pd.DataFrame:
+    """The chapter's .pte (and its device program) against the eager float model (its state_dict in a
+    scratch file)."""
     common = {"image_size": image_size, "warmup": int(params["latency_warmup"]),
               "runs": int(params["latency_runs"]), "threads": int(params["threads"]),
               "seed": int(params["latency_seed"])}
+    device_spec = None if device_sha is None else {
+        **common, "kind": "pte", "path": str(ch.path(device.DEVICE_PTE)), "sha256": device_sha,
+        "batch": int(params["device_batch"])}
     with tempfile.TemporaryDirectory(dir=ch.folder) as scratch:
         state_path = Path(scratch) / "float_state.pt"
         state_path.write_bytes(state_blob)
         return compare_latency(
             {**common, "kind": "pte", "path": str(ch.path(PTE)), "sha256": pte_sha},
             {**common, "kind": "eager", "arch": state["arch"], "num_classes": int(state["num_classes"]),
-             "state_path": str(state_path)}, float(params["latency_timeout_s"]))
+             "state_path": str(state_path)}, float(params["latency_timeout_s"]), device_spec)
 
 
 def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
@@ -361,6 +377,10 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
                                                                           int(selected["max_batch"])))
     atomic_write_bytes(ch.path(at(PTE)), data)
     pte_sha = ch.record_output(at(PTE))
+    with ch.native_output(at(NATIVE_LOG)):
+        device_data, _, _ = lower(device.device_program(graph, image_size, int(params["device_batch"])))
+    atomic_write_bytes(ch.path(at(device.DEVICE_PTE)), device_data)
+    device_sha = ch.record_output(at(device.DEVICE_PTE))
 
     state = checkpoint.load(ch.verify(at(quant.CHECKPOINT), ptq_record["compact"]["sha256"]))
     state_blob = state_dict_bytes(state["model"])
@@ -376,6 +396,11 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
                                                   bool(params.get("test_override", False)),
                                                   params.get("test_override_reason"), at(TEST_RECORD),
                                                   features_path=at(FEATURES_TEST))
+        check = device.compare_programs(forward, load_verified_pte(ctx.run_dir, at(device.DEVICE_PTE)),
+                                        frozen.rows_for("val"), cfg, outputs.OUTPUT_NAMES)
+    device_record = {"path": at(device.DEVICE_PTE), "sha256": device_sha,
+                     "batch": int(params["device_batch"]), "pte_bytes": len(device_data),
+                     "pte_mib": len(device_data) / MIB, "check": check}
     graph_test = ch.read_parquet(at(quant.TEST_RECORD))
     if (graph_test["model_state"] != selected["sha256"]).any():
         raise FingerprintMismatch(f"{at(quant.TEST_RECORD)} was not written by {at(quant.SELECTED)}; "
@@ -398,7 +423,7 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
     latency, ratios = None, {}
     if params["measure_latency"]:
         latency = chapter_latency(ch, params, int(ptq_record["compact"]["image_size"]), pte_sha, state,
-                                  state_blob)
+                                  state_blob, device_sha)
         ratios = latency_ratios(latency)
         ch.write_parquet(at("runtime/latency.parquet"), latency)
         ch.save_figure(plot_latency(latency), at("runtime/latency.png"))
@@ -411,13 +436,16 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
         "test_disagreements": len(audit),
         **{k.replace(" ", "_").replace("-", "_"): v for k, v in counts.items()},
         "pte_test_accuracy": pte_scores["accuracy"], "pte_test_macro_f1": pte_scores["macro_f1"]}
+    figures["device_program_identical"] = check["identical"]
     if latency is not None:
         figures.update({"latency": at("runtime/latency.png"), "latency_p50_ratio": ratios["p50_ratio"],
-                        "memory_ratio": ratios["memory_ratio"]})
+                        "memory_ratio": ratios["memory_ratio"],
+                        "device_memory_ratio": ratios["device_memory_ratio"],
+                        "device_p50_ratio": ratios["device_p50_ratio"]})
     return ch.finish(
         figures=figures, pte={"path": at(PTE), "sha256": pte_sha, **size}, delegation=delegation_summary,
         selected_graph=selected, selected_candidate=ptq_record["selected"], batch_size=batch_size,
-        pte_max_batch=forward.max_batch, program_outputs=program_outputs,
+        pte_max_batch=forward.max_batch, program_outputs=program_outputs, device_program=device_record,
         test=test, latency=None if latency is None else latency.to_dict("records"), latency_ratios=ratios,
         host={"cpu_count": os.cpu_count(), "platform": sys.platform, "torch": torch.__version__},
         regime=regime.name,

@@ -35,7 +35,10 @@ def read_accesses(run_dir: str | os.PathLike) -> pd.DataFrame:
     if not path.exists():
         return pd.DataFrame(columns=columns)
     entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return pd.DataFrame(entries, columns=columns)
+    frame = pd.DataFrame(entries, columns=columns)
+    # pandas' string column turns a missing reason into NaN once another access gave one; JSON wants null
+    frame["reason"] = frame["reason"].astype(object).where(frame["reason"].notna(), None)
+    return frame
 
 
 def accesses_for(run_dir: str | os.PathLike, model_state: str) -> list[dict[str, Any]]:

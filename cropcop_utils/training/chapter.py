@@ -10,6 +10,9 @@ The same training runs from the command line, on one process or under ``torchrun
     python -m cropcop_utils.training --run-dir runs/default --model reference
     torchrun --nproc_per_node=2 -m cropcop_utils.training --run-dir runs/default --model compact
 
+and the chapter itself launches ``torchrun`` for each model when the profile's ``training.processes`` is
+more than 1 (:func:`launch_processes`).
+
 The configuration lives in :mod:`.settings`; the notebook's tables and sentences in :mod:`.report`.
 """
 
@@ -18,14 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..core import checkpoint as ckpt
-from ..core.config import RunContext, reopen_run
-from ..core.evidence import Chapter, sha256_file
+from ..core.config import REPO_ROOT, RunContext, reopen_run
+from ..core.evidence import Chapter, atomic_write_text, sha256_file
 from ..core.imaging import ImageSpec
 from ..core.sources import FIELD_TRAIN
 from ..split import locked_test
@@ -194,7 +199,10 @@ def train_regime(ctx: RunContext, ch: Chapter, frozen: Any, regime: Regime,
     models: dict[str, Any] = {}
     for kind in MODELS:
         config = resolve_config(ctx.section("training"), kind, regime.name)
-        summary = train_model(ctx, kind, frozen=frozen, progress=progress, regime=regime, robust=robust)
+        if int(config["processes"]) > 1 and not os.environ.get("WORLD_SIZE"):
+            summary = launch_processes(ctx, ch, kind, regime, int(config["processes"]))
+        else:
+            summary = train_model(ctx, kind, frozen=frozen, progress=progress, regime=regime, robust=robust)
         if "regime" in summary["config"]:
             config = {**config, "regime": summary["config"]["regime"]}
         scored = score_model(ctx, ch, frozen, kind, config, regime=regime)
@@ -204,6 +212,28 @@ def train_regime(ctx: RunContext, ch: Chapter, frozen: Any, regime: Regime,
         ch.inputs[teacher] = models["compact"]["teacher"]["checkpoint_sha256"]
     return {"shipped": regime.shipped, "folder": regime.path(f"{FOLDER}/reference").rsplit("/", 1)[0],
             "models": models, "background": None if robust is None else robust.record}
+
+
+def launch_processes(ctx: RunContext, ch: Chapter, kind: str, regime: Regime,
+                     processes: int) -> dict[str, Any]:
+    """Train one model under ``torchrun`` with ``processes`` processes on this machine (the profile's
+    ``training.processes``: DDP, gloo on CPU, NCCL with one process per GPU); returns rank 0's summary.
+
+    The processes resume from ``last.pt`` like a single one, so a finished model is only confirmed.  Their
+    output is kept in ``<model>/torchrun.log``, registered with the chapter.
+    """
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+               "-m", "cropcop_utils.training", "--run-dir", str(ctx.run_dir), "--model", kind,
+               "--regime", regime.name, "--no-progress"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
+    log = f"{regime.path(f'{FOLDER}/{kind}')}/torchrun.log"
+    atomic_write_text(ch.path(log), "$ " + " ".join(command) + "\n" + done.stdout + done.stderr)
+    ch.record_output(log)
+    if done.returncode != 0:
+        raise RuntimeError(f"training the {kind} model ({regime.name}) under torchrun with {processes} "
+                           f"processes failed (exit {done.returncode}); the log is {ch.path(log)}:\n"
+                           + done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_chapter(ctx: RunContext, progress: bool = True) -> dict[str, Any]:
@@ -302,12 +332,14 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--run-dir", required=True, help="run folder made by the earlier chapters")
     parser.add_argument("--model", required=True, choices=MODELS)
+    parser.add_argument("--regime", default=None, help="the regime to train (default: the shipped one)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     ctx = reopen_run(args.run_dir)
-    summary = train_model(ctx, args.model, progress=not args.no_progress)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, default=str))
+    summary = train_model(ctx, args.model, progress=not args.no_progress,
+                          regime=regime_named(ctx, args.regime))
+    if int(os.environ.get("RANK", "0")) == 0:  # the last line: the summary the chapter reads back
+        print(json.dumps(summary, default=str))
     try:
         import torch.distributed as dist
 

@@ -44,7 +44,9 @@ class Job:
 
     def fingerprinted_config(self, device_type: str, amp: str) -> dict[str, Any]:
         """The configuration that determines the trained weights (runtime-only knobs left out)."""
-        runtime_only = {"threads", "workers", "cache_images", "checkpoint_every", "eval_batch_size", "device"}
+        # processes: how the run was launched; world_size, below, is what shaped the weights
+        runtime_only = {"threads", "workers", "cache_images", "checkpoint_every", "eval_batch_size", "device",
+                        "processes"}
         kept = {k: v for k, v in self.config.items() if k not in runtime_only}
         return {**kept, "device_type": device_type, "amp_resolved": amp, "world_size": self.env.world_size,
                 "image": {"size": self.spec.size, "mean": list(self.spec.mean), "std": list(self.spec.std)},

@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "device": "auto",
     "threads": 0,               # torch intra-op threads (0 = leave torch's default)
     "workers": 0,               # DataLoader worker processes
+    "processes": 1,             # training processes: > 1 runs each model under torchrun (DDP; one per GPU)
     "cache_images": True,       # keep decoded squares in memory
     "eval_batch_size": 128,
 }

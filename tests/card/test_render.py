@@ -618,3 +618,23 @@ def test_the_card_says_whether_the_abstention_protects(tmp_path, protects):
     (tmp_path / card.CARD).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / card.CARD).write_text(text)
     assert card.audit_card(tmp_path) == []  # every number on it maps to its JSON path
+
+
+@pytest.mark.parametrize("identical", [True, False])
+def test_the_card_names_the_device_program_and_what_its_outputs_were_checked_against(tmp_path, identical):
+    records = fixed_records()
+    runtime = records["runtime/runtime.json"]
+    check = {"rows": 115, "identical": identical, "top1_agreement": 1.0,
+             "max_abs_diff": {"logits": 0.0 if identical else 0.0125, "features": 0.0}}
+    runtime["device_program"] = {"path": "runtime/model_device.pte", "sha256": "d" * 64, "batch": 1,
+                                 "check": check}
+    runtime["latency_ratios"] = {"memory_ratio": 1.51, "device_memory_ratio": 0.42}
+    write_run(tmp_path, records)
+    text = audited(tmp_path)
+    line = next(line for line in text.splitlines() if line.startswith("On a device, load"))
+    assert "`runtime/model_device.pte`" in line and "d" * 64 in line and "batch of 1" in line
+    assert ("identical to `runtime/model.pte`" in line) == identical
+    assert ("at most 0.0125 in the logits" in line) == (not identical)
+    assert "0.42× the eager float model's (the batched program: 1.51×)" in line
+    write_run(tmp_path, fixed_records())      # a run made before chapter 7 lowered a device program
+    assert "On a device" not in audited(tmp_path)

@@ -17,11 +17,12 @@ import torch
 from ptq_fixtures import ptq_run  # noqa: F401  (the shared fixture: chapter 6 on the tiny run)
 
 from cropcop_utils import ptq as quant
+from cropcop_utils import runtime as runtime_pkg
 from cropcop_utils.core import evidence
 from cropcop_utils.nets import pte as pte_program
 from cropcop_utils.nets.int8_graph import load_program
 from cropcop_utils.runtime import chapter as runtime
-from cropcop_utils.runtime import outputs
+from cropcop_utils.runtime import device, outputs
 from cropcop_utils.split import locked_test
 
 
@@ -107,11 +108,34 @@ def test_chapter_lowers_executes_from_disk_and_audits(runtime_run):
     assert record["test"]["agreement_with_int8_graph"] == pytest.approx(1 - len(changed) / 12)
     # Latency and memory: both models measured in their own subprocess.
     latency = pd.read_parquet(run_dir / "runtime/latency.parquet").set_index("kind")
-    assert set(latency.index) == {"pte", "eager"}
+    assert set(latency.index) == {"pte", "device_pte", "eager"}
     assert (latency["p50_ms"] > 0).all() and (latency["p95_ms"] >= latency["p50_ms"]).all()
     assert (latency["peak_rss_mib"] >= latency["rss_before_load_mib"]).all()
     assert record["latency_ratios"]["p50_ratio"] == pytest.approx(
         latency.loc["pte", "p50_ms"] / latency.loc["eager", "p50_ms"])
+    assert record["latency_ratios"]["device_memory_ratio"] == pytest.approx(
+        latency.loc["device_pte", "peak_above_baseline_mib"]
+        / latency.loc["eager", "peak_above_baseline_mib"])
+
+
+@pytest.mark.slow
+def test_the_device_program_is_planned_for_batch_one_and_gives_the_batched_programs_outputs(runtime_run):
+    run, _, record = runtime_run
+    run_dir, device_program = run.run_dir, record["device_program"]
+    assert evidence.verify_artifact(run_dir, device.DEVICE_PTE) == device_program["sha256"]
+    batched = pte_program.load_verified_pte(run_dir)
+    one = pte_program.load_verified_pte(run_dir, device.DEVICE_PTE)
+    assert one.max_batch == device_program["batch"] == 1 and batched.max_batch > 1
+    check = device_program["check"]
+    val = run.rows[run.rows["split"] == "val"]
+    assert check["rows"] == len(val) and check["identical"] and check["top1_agreement"] == 1.0
+    assert check["max_abs_diff"] == {"logits": 0.0, "features": 0.0}
+    # read back from disk, one image through each program: the same numbers
+    x = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    for i in range(3):
+        for a, b in zip(batched.outputs(x)[:2], one.outputs(x[i:i + 1]), strict=True):
+            assert torch.equal(a[i:i + 1], b)
+    assert "identical outputs" in runtime_pkg.device_text(record)
 
 
 # A statically quantised graph ends in an int8 output quantiser (scale s, from calibration), and so does
@@ -292,6 +316,34 @@ def test_a_pte_missing_from_the_registry_is_refused(runtime_run, tmp_path):
     (copy_dir / "registry.json").write_text(json.dumps(registry))
     with pytest.raises(pte_program.PteIntegrityError, match="not in"):
         pte_program.load_verified_pte(copy_dir)
+
+
+class _FakeProgram:
+    """A program's ``outputs`` on a batch: (x summed per image, x's first pixel) plus an offset, with a
+    planned batch bound; a static program refuses any other batch."""
+
+    def __init__(self, max_batch: int, static: bool = False, offset: float = 0.0) -> None:
+        self.max_batch, self.static, self.offset, self.n_outputs = max_batch, static, offset, 2
+
+    def outputs(self, batch: torch.Tensor) -> list[torch.Tensor]:
+        assert len(batch) == self.max_batch if self.static else len(batch) <= self.max_batch
+        per_image = batch.flatten(1).sum(1, keepdim=True)
+        return [per_image * torch.tensor([1.0, 2.0, 3.0]) + self.offset, batch[:, :, 0, 0] + self.offset]
+
+
+def test_a_comparison_pads_the_last_slice_of_a_static_batch_and_sees_any_difference():
+    x = torch.rand(7, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    same = device.ProgramComparison(_FakeProgram(32), _FakeProgram(2, static=True))
+    logits = same(x)
+    assert torch.equal(logits, _FakeProgram(32).outputs(x)[0])
+    assert same.record(("logits", "features")) == {
+        "rows": 7, "max_abs_diff": {"logits": 0.0, "features": 0.0}, "top1_agreement": 1.0, "identical": True}
+    shifted = device.ProgramComparison(_FakeProgram(32), _FakeProgram(1, static=True, offset=1e-3))
+    shifted(x)
+    record = shifted.record(("logits", "features"))
+    assert not record["identical"] and record["max_abs_diff"]["features"] == pytest.approx(1e-3, rel=1e-3)
+    with pytest.raises(ValueError, match="device_batch"):
+        device.device_program(torch.nn.Identity(), 8, 0)
 
 
 def test_latency_ratios_and_plot():

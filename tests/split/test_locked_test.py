@@ -49,6 +49,8 @@ def test_a_second_read_of_the_same_state_is_refused_unless_overridden_with_a_rea
     assert list(log["model_state"]) == [STATE_A, STATE_B, STATE_A]
     last = log.iloc[-1]
     assert last["override"] and last["reason"] == "re-scored after a bug fix" and last["access"] == 2
+    # a read without a reason stays null beside one with a reason (a chapter record refuses NaN)
+    assert log.to_dict("records")[0]["reason"] is None and log.iloc[1]["reason"] is None
 
 
 def test_an_altered_split_is_never_handed_out(run_dir):

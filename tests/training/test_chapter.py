@@ -140,3 +140,34 @@ def test_chapter_trains_the_compact_model_from_the_reference_and_records_everyth
     assert "distillation" in train.describe_models(record)
     assert "both models were trained from scratch" in train.describe_starts(record)
     assert "pretrained" not in train.describe_models(record)
+
+
+def _shape(value):
+    """A record's structure without its numbers: keys all the way down, list lengths."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items() if k not in ("hyperparameters", "test_access")}
+    if isinstance(value, list):
+        return [len(value)]
+    return type(value).__name__ if value is not None else None
+
+
+def test_the_chapter_launches_torchrun_when_the_profile_asks_for_two_processes(runs, tmp_path):
+    from train_fixtures import TINY_TRAINING
+
+    single = train.run_chapter(_copy(runs, "one-process"), progress=False)
+    ctx = build_run(tmp_path, "two", training={**TINY_TRAINING, "processes": 2})
+    record = train.run_chapter(ctx, progress=False)
+    for regime in record["regimes"].values():
+        for kind, model in regime["models"].items():
+            assert model["world_size"] == 2 and model["hyperparameters"]["processes"] == 2
+            folder = ctx.run_dir / regime["folder"] / kind
+            last = ckpt.load(folder / "last.pt")
+            assert len(last["rng"]) == 2 and len(set(last["rank_parameters_sha256"])) == 1
+            assert "--nproc_per_node=2" in (folder / "torchrun.log").read_text()
+            assert f"{regime['folder']}/{kind}/torchrun.log" in record["outputs"]
+            rows = pd.read_parquet(folder / "predictions_test.parquet")
+            assert len(rows) == len(pd.read_parquet(runs.a.run_dir.parent / "one-process" / regime["folder"]
+                                                    / kind / "predictions_test.parquet"))
+    assert _shape(record["figures"]) == _shape(single["figures"])
+    assert _shape(record["regimes"]) == _shape(single["regimes"])
+    assert {m["world_size"] for r in single["regimes"].values() for m in r["models"].values()} == {1}

@@ -1,0 +1,261 @@
+"""Reruns that redo only what changed: which chapters of a finished run folder are still fresh.
+
+A chapter is *fresh* when nothing it was computed from has changed since it last finished:
+
+* its **code** — the chapter's notebook and the whole ``cropcop_utils`` package (chapters import across
+  folders, so any change to the package counts for every chapter), and the Python / torch / timm /
+  executorch versions;
+* the **parameters it read** — each top-level key of ``params.yaml`` the chapter's kernel touched, noted
+  as it happens by :class:`ReadParams` (a record of reads, not a list kept by hand that could fall behind
+  the code), compared by the SHA-256 of its value;
+* the **folders those parameters name** (the corpus, field cohorts, field-train, out-of-scope folders),
+  by a listing of every file's path, size and modification time;
+* its **files** — its chapter record and every artifact the record lists as read or written re-hash to
+  the registry's SHA-256, and its executed notebook is in the book.
+
+The runner (:mod:`cropcop_utils.book`) runs the chain from the first chapter that is not fresh; the ones
+before it are verified and reused, not rewritten.  What each chapter was computed from is kept in
+``RUN_DIR/chain.json``; the keys a kernel read, in ``RUN_DIR/chain/<chapter>.params-read``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import platform
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .evidence import FingerprintMismatch, atomic_write_json, sha256_file, sha256_json, verify_artifact
+
+CHAIN_STATE = "chain.json"
+READS_DIR = "chain"
+CHAPTER_ENV = "CROPCOP_CHAPTER"   # set by the runner for the kernel of the chapter it executes
+_VERSIONED = ("torch", "torchvision", "timm", "executorch", "torchao", "numpy", "scikit-learn")
+
+
+class ReadParams(dict):
+    """The run's parameters, noting what a chapter reads into ``RUN_DIR/chain/<chapter>.params-read``.
+
+    Only inside a book kernel (``CROPCOP_CHAPTER`` set): elsewhere nothing is written.  A section (a
+    mapping under a top-level key, ``ctx.section("field_transfer")``) notes each of its keys it hands out
+    (``field_transfer.bootstrap``), so a chapter that reads one value of a section another chapter owns
+    is rerun only when that value changes; listing, copying or unpacking a mapping notes all of it.
+    Lines are appended (``O_APPEND``), so worker processes that received the context by pickling add to
+    the same file.  The mapping is read-only: a chapter that changed it would run on other parameters
+    than the ones recorded (``dict(section)`` or ``copy.deepcopy`` give a plain copy to change).
+    """
+
+    def __init__(self, values: dict[str, Any], run_dir: str | os.PathLike | None = None, *,
+                 prefix: str = "", sink: str | None = None, noted: set[str] | None = None) -> None:
+        super().__init__(values)
+        chapter = os.environ.get(CHAPTER_ENV)
+        if sink is None and not prefix and run_dir is not None and chapter:
+            sink = str(Path(run_dir) / READS_DIR / f"{chapter}.params-read")
+        self._sink, self._prefix = sink, prefix
+        self._noted = set() if noted is None else noted
+        self._sections: dict[str, ReadParams] = {}
+
+    def _note(self, *keys: str) -> None:
+        self._write([f"{self._prefix}{k}" for k in keys])
+
+    def _note_all(self) -> None:
+        # a whole section is noted under its own key; the whole top level, key by key
+        self._write([self._prefix[:-1]] if self._prefix else list(dict.keys(self)))
+
+    def _write(self, keys: list[str]) -> None:
+        new = [k for k in keys if k not in self._noted]
+        if not new or self._sink is None:
+            return
+        self._noted.update(new)
+        Path(self._sink).parent.mkdir(parents=True, exist_ok=True)
+        with open(self._sink, "a", encoding="utf-8") as handle:
+            handle.write("".join(f"{k}\n" for k in new))
+
+    def _value(self, key: str, value: Any) -> Any:
+        if isinstance(value, dict) and not self._prefix:  # a section: its keys are noted one by one
+            if key not in self._sections:
+                self._sections[key] = ReadParams(value, prefix=f"{key}.", sink=self._sink, noted=self._noted)
+            return self._sections[key]
+        self._note(key)
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        value = super().__getitem__(key)
+        return self._value(key, value)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if not super().__contains__(key):
+            self._note(key)
+            return default
+        return self._value(key, super().__getitem__(key))
+
+    def __contains__(self, key: object) -> bool:
+        self._note(str(key))
+        return super().__contains__(key)
+
+    def __len__(self) -> int:
+        self._note_all()
+        return super().__len__()
+
+    def __iter__(self) -> Iterator[str]:
+        self._note_all()
+        return super().__iter__()
+
+    def keys(self):  # noqa: ANN201 - dict's own view types
+        self._note_all()
+        return super().keys()
+
+    def items(self):  # noqa: ANN201
+        self._note_all()
+        return super().items()
+
+    def values(self):  # noqa: ANN201
+        self._note_all()
+        return super().values()
+
+    def copy(self) -> dict[str, Any]:
+        self._note_all()
+        return copy.deepcopy(dict(super().items()))
+
+    def __copy__(self) -> dict[str, Any]:
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict) -> dict[str, Any]:
+        return self.copy()
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("the run's parameters are read-only (they are what params.yaml records); change a "
+                        "copy: dict(section) or copy.deepcopy(params)")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = _read_only  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        # A pickled copy (a worker pool's) keeps noting into the same file.
+        return (_rebuild, (dict(super().items()), self._sink, self._prefix))
+
+
+def _rebuild(values: dict[str, Any], sink: str | None, prefix: str) -> ReadParams:
+    return ReadParams(values, prefix=prefix, sink=sink)
+
+
+def lookup(params: dict[str, Any], key: str) -> Any:
+    """The value a noted key names: ``seed`` or ``field_transfer.bootstrap`` (``None`` when absent);
+    read without noting anything."""
+    value: Any = params
+    for part in key.split(".", 1):
+        value = dict.get(value, part) if isinstance(value, dict) else None
+    return value
+
+
+# --------------------------------------------------------------------------- what a chapter came from
+def keys_read(run_dir: str | os.PathLike, chapter: str) -> list[str]:
+    path = Path(run_dir) / READS_DIR / f"{chapter}.params-read"
+    return sorted({line for line in path.read_text().splitlines() if line}) if path.exists() else []
+
+
+def forget_reads(run_dir: str | os.PathLike, chapter: str) -> None:
+    (Path(run_dir) / READS_DIR / f"{chapter}.params-read").unlink(missing_ok=True)
+
+
+def code_fingerprint(package: Path, notebook: Path) -> str:
+    """SHA-256 over the package's files, the notebook and the library versions.  Bytecode caches and the
+    profiles are left out: a profile's values reach a chapter as the parameters it reads, compared one
+    by one, so editing one value of a shipped profile reruns only what read it."""
+    digest = hashlib.sha256()
+    skipped = {"__pycache__", "profiles"}
+    for path in sorted(p for p in package.rglob("*")
+                       if p.is_file() and not skipped & set(p.relative_to(package).parts)):
+        digest.update(f"{path.relative_to(package).as_posix()}\0{sha256_file(path)}\n".encode())
+    digest.update(f"notebook\0{sha256_file(notebook)}\n".encode())
+    digest.update(f"python\0{platform.python_version()}\n".encode())
+    for name in _VERSIONED:
+        try:
+            digest.update(f"{name}\0{metadata.version(name)}\n".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{name}\0absent\n".encode())
+    return digest.hexdigest()
+
+
+def named_folders(value: Any, base: Path) -> list[Path]:
+    """Every existing folder a parameter value names (a string with a path separator; relative ones from
+    ``base``, where the kernels run)."""
+    if isinstance(value, dict):
+        return [f for v in value.values() for f in named_folders(v, base)]
+    if isinstance(value, (list, tuple)):
+        return [f for v in value for f in named_folders(v, base)]
+    if isinstance(value, str) and "/" in value:
+        path = Path(value) if os.path.isabs(value) else (base / value).resolve()
+        return [path] if path.is_dir() else []
+    return []
+
+
+def folder_listing(folder: Path) -> str:
+    """SHA-256 of every file's relative path, size and modification time under ``folder`` (contents are
+    not read: a corpus of thousands of photos is listed in about a second)."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            stat = os.stat(os.path.join(root, name))
+            rel = os.path.relpath(os.path.join(root, name), folder)
+            digest.update(f"{rel}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def chapter_basis(params: dict[str, Any], keys: list[str], code: str, base: Path) -> dict[str, Any]:
+    """What a chapter was computed from: code, the value of each parameter it read, the folders they name."""
+    folders = sorted({str(f) for k in keys for f in named_folders(lookup(params, k), base)})
+    return {"code": code, "params": {k: sha256_json(lookup(params, k)) for k in keys},
+            "folders": {f: folder_listing(Path(f)) for f in folders}}
+
+
+# --------------------------------------------------------------------------- the chain's state
+def read_state(run_dir: str | os.PathLike) -> dict[str, Any]:
+    path = Path(run_dir) / CHAIN_STATE
+    return json.loads(path.read_text())["chapters"] if path.exists() else {}
+
+
+def write_state(run_dir: str | os.PathLike, chapters: dict[str, Any]) -> None:
+    atomic_write_json(Path(run_dir) / CHAIN_STATE, {"chapters": chapters})
+
+
+def record_sha256(run_dir: Path, record: str) -> str | None:
+    """The chapter record's SHA-256 as it finished (None: the chapter wrote no record, so it never counts
+    as fresh)."""
+    path = Path(run_dir) / record
+    return sha256_file(path) if path.exists() else None
+
+
+def why_stale(run_dir: Path, record: str, notebook: Path, recorded: dict[str, Any] | None,
+              params: dict[str, Any], code: str, base: Path) -> str | None:
+    """``None`` when the chapter is fresh; otherwise the first reason it must run, in words."""
+    if recorded is None:
+        return "it has not finished in this run folder"
+    if not notebook.exists():
+        return f"its executed notebook {notebook.name} is missing"
+    if recorded["code"] != code:
+        return "the code (package, notebook or library versions) changed"
+    changed = sorted(k for k, sha in recorded["params"].items() if sha256_json(lookup(params, k)) != sha)
+    if changed:
+        return f"parameter{'s' if len(changed) > 1 else ''} {', '.join(changed)} changed"
+    now = chapter_basis(params, list(recorded["params"]), code, base)["folders"]
+    moved = sorted(f for f in set(now) | set(recorded["folders"]) if now.get(f) != recorded["folders"].get(f))
+    if moved:
+        return f"files in {', '.join(moved)} changed"
+    if recorded["record_sha256"] is None:
+        return f"it wrote no record {record}"
+    try:
+        if verify_artifact(run_dir, record) != recorded["record_sha256"]:
+            return f"its record {record} was rewritten since"
+        chapter_record = json.loads((run_dir / record).read_text())
+        files = {**chapter_record.get("inputs", {}), **chapter_record.get("outputs", {})}
+        for rel_path, sha in files.items():
+            verify_artifact(run_dir, rel_path, sha)
+    except FingerprintMismatch as error:
+        return str(error).split(";")[0].split(". Refusing")[0]
+    return None

@@ -1,0 +1,168 @@
+"""What makes a chapter fresh: the parameters its kernel read, its code, the folders it read, its files."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from cropcop_utils.core import config, freshness
+from cropcop_utils.core.evidence import Chapter
+
+PACKAGE = Path(freshness.__file__).resolve().parents[1]
+
+
+def test_params_note_each_key_read_only_inside_a_book_kernel(tmp_path, monkeypatch):
+    monkeypatch.delenv(freshness.CHAPTER_ENV, raising=False)
+    quiet = freshness.ReadParams({"seed": 0, "image": {"size": 64}}, tmp_path)
+    assert quiet["seed"] == 0 and freshness.keys_read(tmp_path, "corpus") == []
+
+    monkeypatch.setenv(freshness.CHAPTER_ENV, "corpus")
+    params = freshness.ReadParams({"seed": 0, "image": {"size": 64, "mean": [0.5]}, "training": {}}, tmp_path)
+    params["seed"], params.get("absent"), "training" in params  # noqa: B018 - reading is what is tested
+    assert freshness.keys_read(tmp_path, "corpus") == ["absent", "seed", "training"]
+    section = params.get("image")          # a section notes the keys handed out, not itself
+    assert isinstance(section, dict) and freshness.keys_read(tmp_path, "corpus") == ["absent", "seed",
+                                                                                        "training"]
+    assert section["size"] == 64 and params["image"] is section
+    assert freshness.keys_read(tmp_path, "corpus") == ["absent", "image.size", "seed", "training"]
+    {**section}   # noqa: B018 - unpacking a section reads all of it
+    assert "image" in freshness.keys_read(tmp_path, "corpus")
+    list(params.items())   # listing the whole mapping reads every key
+    assert freshness.keys_read(tmp_path, "corpus") == ["absent", "image", "image.mean", "image.size", "seed",
+                                                      "training"]
+    assert freshness.lookup(params, "image.size") == 64 and freshness.lookup(params, "image.gone") is None
+
+
+def test_params_are_read_only_and_copies_are_plain(tmp_path):
+    import copy
+
+    params = freshness.ReadParams({"training": {"epochs": 3}, "seed": 0}, tmp_path)
+    with pytest.raises(TypeError, match="read-only"):
+        params["seed"] = 1
+    with pytest.raises(TypeError, match="read-only"):
+        params["training"]["epochs"] = 1
+    changed = copy.deepcopy(params)
+    changed["training"]["epochs"] = 1
+    assert type(changed) is dict and type(changed["training"]) is dict
+    assert params["training"]["epochs"] == 3 and config.deep_merge(params, {"seed": 2})["seed"] == 2
+
+
+def test_a_pickled_copy_keeps_noting_into_the_same_file(tmp_path, monkeypatch):
+    monkeypatch.setenv(freshness.CHAPTER_ENV, "audit")
+    params = freshness.ReadParams({"audit": {"workers": 2}, "seed": 1}, tmp_path)
+    params["seed"]  # noqa: B018
+    copied = pickle.loads(pickle.dumps(params))
+    copied["audit"]["workers"]  # noqa: B018
+    section = pickle.loads(pickle.dumps(params["audit"]))
+    section.get("batch")
+    assert freshness.keys_read(tmp_path, "audit") == ["audit.batch", "audit.workers", "seed"]
+
+
+def test_folder_listing_sees_a_file_added_or_rewritten(tmp_path):
+    (tmp_path / "a").mkdir()
+    photo = tmp_path / "a" / "1.jpg"
+    photo.write_bytes(b"one")
+    first = freshness.folder_listing(tmp_path)
+    assert freshness.folder_listing(tmp_path) == first
+    photo.write_bytes(b"two!")
+    second = freshness.folder_listing(tmp_path)
+    (tmp_path / "a" / "2.jpg").write_bytes(b"x")
+    assert len({first, second, freshness.folder_listing(tmp_path)}) == 3
+
+
+def test_named_folders_are_existing_paths_in_any_value(tmp_path):
+    (tmp_path / "cohort").mkdir()
+    value = {"near": str(tmp_path / "cohort"), "kinds": ["a/b-missing", "synthetic"], "n": 3}
+    assert freshness.named_folders(value, tmp_path) == [tmp_path / "cohort"]
+    assert freshness.named_folders("cohort/", tmp_path) == [(tmp_path / "cohort").resolve()]
+
+
+def _finished_chapter(run: Path, seed: int = 0) -> tuple[dict, str]:
+    chapter = Chapter(run, "corpus")
+    chapter.write_json("corpus/facts.json", {"seed": seed})
+    chapter.finish({})
+    (run / "book").mkdir(exist_ok=True)
+    (run / "book" / "01_corpus.ipynb").write_text("{}")
+    code = "code-sha"
+    params = {"seed": seed, "data": str(run / "lab"), "training": {"epochs": 3}}
+    (run / "lab").mkdir(exist_ok=True)
+    basis = {**freshness.chapter_basis(params, ["data", "seed", "training.epochs"], code, run),
+             "record_sha256": freshness.record_sha256(run, "corpus/corpus.json")}
+    return basis, code
+
+
+def _why(run: Path, basis: dict, params: dict, code: str) -> str | None:
+    return freshness.why_stale(run, "corpus/corpus.json", run / "book" / "01_corpus.ipynb", basis, params,
+                               code, run)
+
+
+def test_a_finished_chapter_is_fresh_until_what_it_came_from_changes(tmp_path):
+    basis, code = _finished_chapter(tmp_path)
+    params = {"seed": 0, "data": str(tmp_path / "lab"), "training": {"epochs": 3, "lr": 0.1}}
+    assert _why(tmp_path, basis, params, code) is None
+    assert _why(tmp_path, basis, {**params, "training": {"epochs": 3, "lr": 0.2}}, code) is None  # unread
+    assert _why(tmp_path, basis, {**params, "training": {"epochs": 4}}, code) == \
+        "parameter training.epochs changed"
+    assert _why(tmp_path, None, params, code) == "it has not finished in this run folder"
+    assert _why(tmp_path, basis, {**params, "seed": 1}, code) == "parameter seed changed"
+    assert "code" in _why(tmp_path, basis, params, "other-code")
+    (tmp_path / "lab" / "new.jpg").write_bytes(b"photo")
+    assert "files in" in _why(tmp_path, basis, params, code)
+    (tmp_path / "lab" / "new.jpg").unlink()
+    assert _why(tmp_path, basis, params, code) is None
+    (tmp_path / "corpus" / "facts.json").write_text('{"seed": 9}')
+    assert "corpus/facts.json changed" in _why(tmp_path, basis, params, code)
+
+
+def test_a_chapter_whose_notebook_or_record_is_gone_is_not_fresh(tmp_path):
+    basis, code = _finished_chapter(tmp_path)
+    params = {"seed": 0, "data": str(tmp_path / "lab"), "training": {"epochs": 3}}
+    (tmp_path / "book" / "01_corpus.ipynb").unlink()
+    assert "notebook" in _why(tmp_path, basis, params, code)
+    (tmp_path / "book" / "01_corpus.ipynb").write_text("{}")
+    assert "wrote no record" in _why(tmp_path, {**basis, "record_sha256": None}, params, code)
+
+
+def test_code_fingerprint_follows_the_notebook_and_the_package_but_not_the_profiles(tmp_path):
+    import shutil
+
+    package = tmp_path / "pkg"
+    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    notebook = tmp_path / "01.ipynb"
+    notebook.write_text("{}")
+    first = freshness.code_fingerprint(package, notebook)
+    notebook.write_text('{"cells": []}')
+    second = freshness.code_fingerprint(package, notebook)
+    assert second != first
+    (package / "profiles" / "default.yaml").write_text("seed: 1\n")   # values are compared as parameters
+    assert freshness.code_fingerprint(package, notebook) == second
+    (package / "core" / "metrics.py").write_text("# changed\n")
+    assert freshness.code_fingerprint(package, notebook) != second
+
+
+def test_the_runner_may_change_profile_parameters_but_not_what_the_run_is_about(tmp_path):
+    config.open_run(tmp_path / "run", profile="smoke")
+    profile = tmp_path / "more.yaml"
+    profile.write_text("extends: smoke\nseed: 7\n")
+    with pytest.raises(config.RunFolderConflict):      # a chapter kernel still refuses
+        config.open_run(tmp_path / "run", profile=str(profile))
+    ctx = config.open_run(tmp_path / "run", profile=str(profile), accept_changed_parameters=True)
+    assert dict(ctx.params)["seed"] == 7
+    assert config.open_run(tmp_path / "run", profile=str(profile)).fingerprint == ctx.fingerprint
+    other = tmp_path / "other-lab"
+    other.mkdir()
+    with pytest.raises(config.RunFolderConflict, match="data"):
+        config.open_run(tmp_path / "run", profile=str(profile), data=str(other),
+                        accept_changed_parameters=True)
+    assert config.changed_parameters({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": 0}) == ["b", "d"]
+
+
+def test_state_round_trips(tmp_path):
+    freshness.write_state(tmp_path, {"corpus": {"code": "x"}})
+    assert freshness.read_state(tmp_path) == {"corpus": {"code": "x"}}
+    assert json.loads((tmp_path / freshness.CHAIN_STATE).read_text())["chapters"]["corpus"]["code"] == "x"
+    assert os.environ.get(freshness.CHAPTER_ENV) is None
