@@ -234,9 +234,9 @@ def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = S
     chain = chapters_until(until)
     log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, field {', '.join(ctx.fields) or None}"
         + (f", field-train {ctx.field_train}" if ctx.field_train else "") + f", run folder {ctx.run_dir}")
-    if before is not None and changed_parameters(before, dict(ctx.params)):
-        log(f"parameters changed since the last run in this folder: "
-            f"{', '.join(changed_parameters(before, dict(ctx.params)))}")
+    changed = changed_parameters(before, ctx.params) if before is not None else []
+    if changed:
+        log(f"parameters changed since the last run in this folder: {', '.join(changed)}")
     ran: list[ChapterSpec] = []
     reused: list[ChapterSpec] = []
     spent: list[dict[str, Any]] = []   # wall and CPU seconds per chapter (RUN_DIR/timings.json)
@@ -266,7 +266,7 @@ def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = S
                 execute_chapter(spec, ctx, book_dir, profile)
             ran.append(spec)
             keys = freshness.keys_read(ctx.run_dir, spec.name)
-            states[spec.name] = {**freshness.chapter_basis(dict(ctx.params), keys, code, REPO_ROOT),
+            states[spec.name] = {**freshness.chapter_basis(ctx.params, keys, code, REPO_ROOT),
                                  "record_sha256": freshness.record_sha256(ctx.run_dir, spec.record)}
             freshness.write_state(ctx.run_dir, states)
             log(f"[{number}/{len(chain)}] {spec.name}: done in {spent[-1]['wall_s']:.1f} s "

@@ -2,12 +2,13 @@
 
 A chapter is *fresh* when nothing it was computed from has changed since it last finished:
 
-* its **code** — the chapter's notebook and the whole ``cropcop_utils`` package (chapters import across
-  folders, so any change to the package counts for every chapter), and the Python / torch / timm /
-  executorch versions;
-* the **parameters it read** — each top-level key of ``params.yaml`` the chapter's kernel touched, noted
-  as it happens by :class:`ReadParams` (a record of reads, not a list kept by hand that could fall behind
-  the code), compared by the SHA-256 of its value;
+* its **code** — the chapter's notebook and the whole ``cropcop_utils`` package but its profiles
+  (chapters import across folders, so any change to the package counts for every chapter), and the
+  Python / torch / timm / executorch versions;
+* the **parameters it read** — each top-level key of ``params.yaml``, or key of a section
+  (``field_transfer.bootstrap``), the chapter's kernel touched, noted as it happens by
+  :class:`ReadParams` (a record of reads, not a list kept by hand that could fall behind the code),
+  compared by the SHA-256 of its value;
 * the **folders those parameters name** (the corpus, field cohorts, field-train, out-of-scope folders),
   by a listing of every file's path, size and modification time;
 * its **files** — its chapter record and every artifact the record lists as read or written re-hash to
