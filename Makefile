@@ -9,6 +9,7 @@ PROFILE ?= default
 RUN_DIR ?= runs/$(PROFILE)
 UNTIL   ?=
 FORCE   ?=
+REVIEW  ?=
 
 .PHONY: book test lint venv bench clean explore
 
@@ -22,7 +23,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 venv: $(VENV)/.installed
 
 book: venv
-	$(PY) -m cropcop_utils book --data $(DATA) $(foreach f,$(FIELD),--field $(f)) $(if $(FIELD_TRAIN),--field-train $(FIELD_TRAIN)) --profile $(PROFILE) --run-dir $(RUN_DIR) $(if $(UNTIL),--until $(UNTIL)) $(if $(FORCE),--force)
+	$(PY) -m cropcop_utils book --data $(DATA) $(foreach f,$(FIELD),--field $(f)) $(if $(FIELD_TRAIN),--field-train $(FIELD_TRAIN)) $(if $(REVIEW),--review-verdicts $(REVIEW)) --profile $(PROFILE) --run-dir $(RUN_DIR) $(if $(UNTIL),--until $(UNTIL)) $(if $(FORCE),--force)
 
 # The error explorer as an app on a finished run (Voilà on 127.0.0.1; prints its URL; Ctrl-C stops it).
 explore: venv

@@ -1,5 +1,5 @@
 """Command line: ``python -m cropcop_utils book --data synthetic|PATH [--field synthetic|PATH]
-[--field-train PATH] --profile NAME --run-dir DIR``."""
+[--field-train PATH] [--review-verdicts PATH] --profile NAME --run-dir DIR``."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "(optional labels.csv); scanned in chapter 1, grouped with the lab corpus and "
                            "the field cohort in chapter 2, split into train/val in chapter 3; default: what "
                            "the run folder recorded, else none")
+    book.add_argument("--review-verdicts", default=None, metavar="PATH",
+                      help="a filled-in audit/review.csv (verdict same / different / blank per pair): "
+                           "chapter 2 trusts the pairs judged same before forming the leakage groups, so "
+                           "chapter 3 keeps them on one side of the split (audit.review_verdicts); default: "
+                           "what the run folder recorded, else none")
     book.add_argument("--profile", default="default", help=f"one of {', '.join(available_profiles())} "
                       "or a path to a profile YAML")
     book.add_argument("--run-dir", default=None, help="run folder (default: runs/<profile>)")
@@ -59,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_book(run_dir, profile=args.profile, data=args.data, field=args.field,
                  field_train=args.field_train, until=args.until, html=not args.no_html, force=args.force,
-                 log=lambda line: print(line, flush=True))
+                 log=lambda line: print(line, flush=True), review_verdicts=args.review_verdicts)
     except ChapterFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

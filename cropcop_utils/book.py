@@ -215,25 +215,28 @@ def build_html(run_dir: Path, toc: Path) -> Path:
 def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = SYNTHETIC,
              field: str | os.PathLike | list | None = None, until: str | None = None, html: bool = True,
              log: Any = print, field_train: str | os.PathLike | None = None,
-             force: bool = False) -> dict[str, Any]:
+             force: bool = False, review_verdicts: str | os.PathLike | None = None) -> dict[str, Any]:
     """Execute the chain (or its prefix up to ``until``) and render it.
 
     In a run folder that already holds a book, the chapters before the first one that is not fresh
     (:mod:`cropcop_utils.core.freshness`: same code, same parameters read, same input folders, its files
     verified) are reused as they are; that chapter and every one after it run.  A profile whose parameters
     differ from the recorded ones is accepted: the chapters that read a changed parameter, and those
-    after them, run again.  ``force`` runs every chapter.
+    after them, run again.  ``force`` runs every chapter.  ``review_verdicts``: a reviewer's filled-in
+    ``audit/review.csv`` for chapter 2 (``audit.review_verdicts``, kept by the run folder like field-train).
 
     Executed notebooks go to ``RUN_DIR/book/``, the HTML to ``RUN_DIR/html/`` (the runner prints the
     front page's path).
     """
     before = _recorded_params(run_dir)
     ctx = open_run(run_dir, profile=profile, data=data, field=field, field_train=field_train,
-                   accept_changed_parameters=True)
+                   accept_changed_parameters=True, review_verdicts=review_verdicts)
     book_dir = prepare_book_dir(ctx.run_dir)
     chain = chapters_until(until)
+    verdicts = freshness.lookup(ctx.params, "audit.review_verdicts")
     log(f"CropCop book: profile {ctx.profile}, data {ctx.data}, field {', '.join(ctx.fields) or None}"
-        + (f", field-train {ctx.field_train}" if ctx.field_train else "") + f", run folder {ctx.run_dir}")
+        + (f", field-train {ctx.field_train}" if ctx.field_train else "")
+        + (f", review verdicts {verdicts}" if verdicts else "") + f", run folder {ctx.run_dir}")
     changed = changed_parameters(before, ctx.params) if before is not None else []
     if changed:
         log(f"parameters changed since the last run in this folder: {', '.join(changed)}")

@@ -43,6 +43,16 @@ def test_cli_defaults():
     assert (args.data, args.field) == ("lab", ["orchard"])
 
 
+def test_review_verdicts_reach_the_runner(monkeypatch):
+    from cropcop_utils.__main__ import main
+
+    assert build_parser().parse_args(["book"]).review_verdicts is None
+    seen = {}
+    monkeypatch.setattr(book, "run_book", lambda run_dir, **kwargs: seen.update(kwargs))
+    assert main(["book", "--review-verdicts", "review.csv", "--no-html"]) == 0
+    assert seen["review_verdicts"] == "review.csv"
+
+
 def test_run_facts_name_the_field_cohort(tmp_path):
     from cropcop_utils.core import config
 

@@ -15,9 +15,13 @@ The chapter's code, by topic:
 * :mod:`.verifier` — the registered, subject-weighted SSIM that confirms or refutes a candidate.
 * :mod:`.geometry` — ORB + RANSAC homography: the verifier for turned, sheared and warped copies.
 * :mod:`.leaf_align` — the two leaves laid on each other by their silhouettes, then SSIM.
+* :mod:`.reshot` — SIFT on the leaf and one similarity: the same leaf photographed again;
+  :mod:`.reshot_report` says what it did on a corpus.
 * :mod:`.relations` — exact pairs, pixel groups, the relationship table, leakage groups, the decision.
 * :mod:`.truth` — the synthetic corpus's planted truth and the evidence for radius and thresholds.
 * :mod:`.figures` — the gallery and plots.
+* :mod:`.verdicts` — the review list as a sheet to fill (``audit/review.csv``) and a reviewer's verdicts
+  given back (``audit.review_verdicts``): ``same`` pairs trusted before the groups form.
 * :mod:`.chapter_prose` and :mod:`.cross_prose` — the chapter's paragraphs, rendered from ``audit.json``.
 """
 
@@ -34,6 +38,7 @@ from .chapter_prose import (
     thresholds_without_truth_text,
     timings_text,
     truth_text,
+    verdicts_text,
 )
 from .config import DEFAULTS, settings
 from .corpus_audit import MANIFEST_NEEDS, AuditResult, admitted_rows, audit_corpus
@@ -53,7 +58,9 @@ from .relations import (
     leakage_groups,
     relationship_table,
 )
+from .reshot_report import reshot_text
 from .truth import Truth, calibrated_threshold, family_recall, radius_reason, threshold_table
+from .verdicts import apply_verdicts, read_verdicts, review_sheet
 
 __all__ = [
     "DEFAULTS", "HASH_COLUMNS", "KINDS", "MANIFEST_NEEDS", "NO_SPLIT", "RELATIONSHIP_COLUMNS",
@@ -62,8 +69,8 @@ __all__ = [
     "by_source_text", "calibrated_threshold",
     "cap_neighbours", "cross_sets_table", "cross_sets_text", "crossing_counts", "leaf_calibration_text",
     "recall_table", "recall_text", "relationships_text", "review_text", "thresholds_without_truth_text",
-    "timings_text", "truth_text",
+    "timings_text", "truth_text", "verdicts_text", "apply_verdicts", "read_verdicts", "review_sheet",
     "exact_pairs", "family_recall", "fingerprint_image", "group_stats", "hash_images", "inherited_decision",
     "leakage_groups", "near_candidates", "pixel_digest", "radius_reason", "relationship_table", "run_chapter",
-    "settings", "threshold_table",
+    "reshot_text", "settings", "threshold_table",
 ]

@@ -32,11 +32,12 @@ up to that score.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import embedding, geometry, leaf_align, verifier, words
+from . import embedding, geometry, leaf_align, reshot, verifier, words
 from . import pairs as pair_search
 from .hashing import ImageHashes, dihedral_apply
 
@@ -86,10 +87,13 @@ class NearCandidates:
     hash_close: np.ndarray        # bool: within phash_radius, or dihedral_radius of a symmetry
     leaf_ssim: np.ndarray | None = None  # leaf-aligned SSIM (NaN: not asked, or no leaf found)
     timings: dict[str, float] = field(default_factory=dict)
+    reshot: reshot.ReshotScores | None = None  # SIFT + similarity on the leaf (done: asked)
 
     def __post_init__(self) -> None:
         if self.leaf_ssim is None:
             self.leaf_ssim = np.full(len(self.pairs), np.nan, dtype=np.float32)
+        if self.reshot is None:
+            self.reshot = reshot.ReshotScores.empty(len(self.pairs))
 
     @property
     def scored(self) -> np.ndarray:
@@ -126,34 +130,48 @@ class NearCandidates:
         return np.nan_to_num(self.leaf_ssim, nan=-1.0) >= leaf_min_ssim
 
     def accepted(self, ssim_threshold: float, min_inliers: int, min_ratio: float, min_ssim: float,
-                 support_ssim: float = 2.0, support_inliers: int = 0, leaf_min_ssim: float = 2.0
-                 ) -> np.ndarray:
+                 support_ssim: float = 2.0, support_inliers: int = 0, leaf_min_ssim: float = 2.0,
+                 *reshot_decision: float) -> np.ndarray:
         """Verifier decision, whoever proposed the pair: SSIM (hash-close pairs), geometry, both at
-        their lower support levels, or the leaf-aligned SSIM."""
+        their lower support levels, the leaf-aligned SSIM, or the re-shot verifier (``reshot_decision``:
+        the arguments of :func:`.reshot.accepted` after the scores; none: not asked)."""
         return ((self.hash_close & (self.ssim >= ssim_threshold))
                 | self.geometry_ok(min_inliers, min_ratio, min_ssim)
                 | self.both_agree(support_ssim, support_inliers)
-                | self.leaf_ok(leaf_min_ssim))
+                | self.leaf_ok(leaf_min_ssim)
+                | self.reshot_ok(*reshot_decision))
+
+    def reshot_ok(self, *decision: float) -> np.ndarray:
+        """The re-shot verifier accepts the pair (all False without its settings)."""
+        if not decision:
+            return np.zeros(len(self.pairs), dtype=bool)
+        return reshot.accepted(self.reshot, *decision)
 
     def verified_by(self, ssim_threshold: float, min_inliers: int, min_ratio: float, min_ssim: float,
-                    support_ssim: float = 2.0, support_inliers: int = 0, leaf_min_ssim: float = 2.0
-                    ) -> np.ndarray:
+                    support_ssim: float = 2.0, support_inliers: int = 0, leaf_min_ssim: float = 2.0,
+                    *reshot_decision: float) -> np.ndarray:
         """'+'-joined names of the verifiers accepting each pair ('' where none does)."""
         names = np.full(len(self.pairs), "", dtype=object)
         ok = {"ssim": self.hash_close & (self.ssim >= ssim_threshold),
               "geometry": self.geometry_ok(min_inliers, min_ratio, min_ssim)
               | self.both_agree(support_ssim, support_inliers),
-              "leaf": self.leaf_ok(leaf_min_ssim)}
+              "leaf": self.leaf_ok(leaf_min_ssim),
+              "reshot": self.reshot_ok(*reshot_decision)}
         for name, flag in ok.items():
             names[flag] = np.where(names[flag] == "", name, names[flag] + "+" + name)
         return names
 
 
-def decision_settings(cfg: dict) -> tuple[float, int, float, float, float, int, float]:
-    """The arguments of :meth:`NearCandidates.accepted` from the audit settings, in order."""
-    return (float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
-            float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]), float(cfg["support_ssim"]),
-            int(cfg["support_inliers"]), float(cfg.get("leaf_min_ssim", 2.0)))
+def decision_settings(cfg: dict) -> tuple[float, ...]:
+    """The arguments of :meth:`NearCandidates.accepted` from the audit settings, in order (the first
+    seven: the SSIM, geometric and leaf verifiers; then the re-shot verifier's, when it is on)."""
+    first = (float(cfg["verify_threshold"]), int(cfg["geometry_min_inliers"]),
+             float(cfg["geometry_min_ratio"]), float(cfg["geometry_min_ssim"]), float(cfg["support_ssim"]),
+             int(cfg["support_inliers"]), float(cfg.get("leaf_min_ssim", 2.0)))
+    if not cfg.get("reshot_verifier", False):
+        return first
+    return first + (int(cfg["reshot_min_inliers"]), int(cfg["reshot_support_inliers"]),
+                    float(cfg["reshot_min_share"]), float(cfg["reshot_max_angle"]))
 
 
 def dihedral_match(hashes: ImageHashes, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -201,12 +219,15 @@ def near_candidates(
     cfg: dict,
     progress: bool = False,
     workers: int = 1,
+    paths: Callable[[int], str] | None = None,
 ) -> NearCandidates:
-    """Pairs of representatives proposed by any source (see module docstring), with both verifiers' scores.
+    """Pairs of representatives proposed by any source (see module docstring), with the verifiers' scores.
 
     ``cfg``: the audit settings (``table_radius``, ``phash_radius``, ``max_neighbours``,
     ``dihedral_radius``, ``embedding_k``, ``embedding_min_cosine``, ``rings_k``,
-    ``rings_min_correlation``, ``words_k``, ``words_vocabulary``, ``verify_batch``).
+    ``rings_min_correlation``, ``words_k``, ``words_vocabulary``, ``verify_batch`` and the ``reshot_*``
+    settings).  ``paths``: the file of a position, for the re-shot verifier, which decodes the pictures
+    it scores again at full size (without it, or with ``audit.reshot_verifier`` off, it is not asked).
     """
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -315,7 +336,27 @@ def near_candidates(
         found.leaf_ssim[open_rows] = leaf_align.align_pairs(hashes.leaf_grey, hashes.leaf_weight,
                                                             pairs[open_rows], workers=workers)
     timings["leaf_seconds"] = time.perf_counter() - start
+    start = time.perf_counter()
+    if paths is not None and cfg.get("reshot_verifier", False):
+        found.reshot = _reshot_scores(found, any_source, cfg, paths, workers)
+    timings["reshot_seconds"] = time.perf_counter() - start
     return found
+
+
+def _reshot_scores(found: NearCandidates, any_source: np.ndarray, cfg: dict, paths: Callable[[int], str],
+                   workers: int) -> reshot.ReshotScores:
+    """The re-shot verifier on the proposed pairs the other three left open and the screen lets through
+    (``audit.reshot_screen_inliers`` ORB inliers or ``audit.reshot_screen_leaf`` leaf-aligned SSIM)."""
+    settled = found.accepted(*decision_settings(cfg)[:7])
+    with np.errstate(invalid="ignore"):
+        evidence = ((found.geometry.inliers >= int(cfg["reshot_screen_inliers"]))
+                    | (np.nan_to_num(found.leaf_ssim, nan=-1.0) >= float(cfg["reshot_screen_leaf"])))
+    rows = np.flatnonzero(any_source & ~settled & evidence)
+    scores = reshot.ReshotScores.empty(len(found.pairs))
+    part = reshot.verify_pairs(paths, found.pairs[rows], workers=workers)
+    for name in ("matches", "inliers", "scale", "angle", "mirrored", "done"):
+        getattr(scores, name)[rows] = getattr(part, name)
+    return scores
 
 
 def _aligned_ssim(hashes: ImageHashes, pairs: np.ndarray, geo: geometry.GeometryScores,

@@ -33,7 +33,10 @@ from .figures import (
     review_pairs,
     review_sample,
 )
+from .reshot_report import SHOWN as RESHOT_SHOWN
+from .reshot_report import added_sample, only_reshot, rejected_scored, reshot_block
 from .truth import Truth, radius_reason
+from .verdicts import SHEET, take_given, unjudged, write_sheet
 
 GALLERY_COLUMNS = ["rel_path_a", "rel_path_b", "proposed_by", "verified_by", "phash_distance",
                    "dhash_distance", "verify_score", "geometry_inliers", "trusted"]
@@ -102,11 +105,13 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
 
         truth_json = synthetic.load_truth(ctx.planted_truth_path)
         ch.inputs["synthetic/planted.json"] = sha256_file(ctx.planted_truth_path)
+    # a reviewer's verdict file is checked (and kept) first: a typo in it stops the chapter before the audit
+    given, given_file = take_given(ch, cfg["review_verdicts"], rows["rel_path"])
     # the field sets are read and scanned first: a missing input stops the chapter before the long lab
     # audit, and the scan's pool forks from a process that has not yet started native thread pools
     others = field_sets(ch, ctx, workers, progress)
     result = audit_corpus(rows, ctx.corpus_root, cfg, workers, progress, truth_json,
-                          ctx.section("corpus").get("max_image_pixels"))
+                          ctx.section("corpus").get("max_image_pixels"), verdicts=given)
     radius, threshold = int(cfg["phash_radius"]), float(cfg["verify_threshold"])
     ch.write_parquet("audit/hashes.parquet", result.hash_table())
     ch.write_parquet("audit/relationships.parquet", result.relationships)
@@ -122,17 +127,30 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
         ch.write_parquet("audit/recall_by_source.parquet", result.by_source)
         ch.write_parquet("audit/geometry_calibration.parquet", result.geometry_table)
         ch.write_parquet("audit/leaf_calibration.parquet", result.leaf_table)
+        if result.reshot_table is not None and len(result.reshot_table):
+            ch.write_parquet("audit/reshot_calibration.parquet", result.reshot_table)
 
     sample = gallery_sample(result.relationships, int(cfg["gallery_pairs"]))
     plots = {"gallery": ("audit/gallery.png", plot_pair_gallery(sample, ctx.corpus_root, threshold)),
              "group_sizes": ("audit/group_sizes.png", plot_group_sizes(result.groups)),
              "threshold_evidence": ("audit/threshold_evidence.png",
                                     plot_threshold_evidence(result.table, radius))}
-    review = review_pairs(result.relationships, float(cfg["leaf_review_ssim"]),
-                          int(cfg["geometry_review_inliers"]), float(cfg["geometry_min_ratio"]))
+    # judged pairs are not asked again; the whole list goes out as a sheet to fill (audit/review.csv)
+    review = unjudged(review_pairs(result.relationships, float(cfg["leaf_review_ssim"]),
+                                   int(cfg["geometry_review_inliers"]), float(cfg["geometry_min_ratio"])))
+    write_sheet(ch, review)
     if len(review):
         first = review_sample(review, int(cfg["gallery_pairs"]))
         plots["review"] = ("audit/review.png", plot_pair_gallery(first, ctx.corpus_root, threshold))
+    gallery_n = int(cfg["gallery_pairs"])
+    added = added_sample(only_reshot(result.relationships), gallery_n)
+    if len(added):
+        plots["reshot_added"] = ("audit/reshot_added.png",
+                                 plot_pair_gallery(added, ctx.corpus_root, threshold))
+    missed = rejected_scored(result.relationships).head(gallery_n).reset_index(drop=True)
+    if len(missed):
+        plots["reshot_rejected"] = ("audit/reshot_rejected.png",
+                                    plot_pair_gallery(missed, ctx.corpus_root, threshold))
     if result.truth is not None:
         plots["verifier_calibration"] = ("audit/verifier_calibration.png",
                                          plot_verifier_calibration(result.calibration, threshold))
@@ -162,7 +180,8 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
             "pairs": conflicts[["rel_path_a", "class_a", "rel_path_b", "class_b", "kind"]].head(200)
             .to_dict("records"),
         },
-        "review": _review(review, cfg, rows["rel_path"].tolist(), result.truth),
+        "review": {**_review(review, cfg, rows["rel_path"].tolist(), result.truth), "sheet": SHEET,
+                   "verdicts": {**given_file, **(result.verdicts or {})}},
         "groups": result.stats,
         "crossings": result.crossings,
         "inherited_partition": result.decision,
@@ -182,6 +201,8 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
                      "leaf": {"min_ssim": float(cfg["leaf_min_ssim"]), "side": leaf_align.SIDE,
                               "scored": int(np.isfinite(candidates.leaf_ssim).sum()),
                               "asked": "proposed pairs neither other verifier accepted"},
+                     "reshot": reshot_block(result.relationships, cfg, candidates,
+                                            candidates.timings.get("reshot_seconds", 0.0)),
                      "candidates_found": int(len(candidates.pairs)),
                      "candidates_verified": int((candidates.scored | candidates.geometry_done).sum()),
                      "ssim_scored": int(candidates.scored.sum()),
@@ -193,6 +214,8 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
         "synthetic": result.truth_check(truth_json) if truth_json is not None else None,
         "recall_by_source": result.by_source.to_dict("records") if result.by_source is not None else None,
         "gallery": _records(sample[GALLERY_COLUMNS]),
+        "reshot_gallery": {"added": _records(added[RESHOT_SHOWN]),
+                           "rejected": _records(missed[RESHOT_SHOWN])},
         "plots": {name: rel for name, (rel, _) in plots.items()},
         "timings": {
             "hashing_seconds": round(hashes.seconds, 2), "hashing_workers": hashes.workers,
@@ -204,7 +227,8 @@ def run_chapter(ctx: Any, workers: int | None = None, progress: bool = True) -> 
             "pair_search_seconds": round(candidates.timings["phash_search_seconds"], 2),
             **{k: round(v, 2) for k, v in candidates.timings.items()},
             "verify_seconds": round(sum(candidates.timings.get(k, 0.0)
-                                        for k in ("ssim_seconds", "geometry_seconds", "leaf_seconds")), 2),
+                                        for k in ("ssim_seconds", "geometry_seconds", "leaf_seconds",
+                                                  "reshot_seconds")), 2),
             "total_seconds": round(seconds, 2),
             "main_process_cpu_seconds": round(time.process_time() - cpu_started, 2),
         },

@@ -134,3 +134,34 @@ def review_text(review: dict[str, Any]) -> str:
                f"{review['planted_related_by_reason']['geometry']:,} of the geometric near misses); the "
                "others are different leaves that look alike, which is why they are not trusted."
                if "planted_related" in review else ""))
+
+
+
+def verdicts_text(review: dict[str, Any]) -> str:
+    """The review list as a sheet to fill, and what the verdicts given back changed (or how to give them)."""
+    v, sheet = review["verdicts"], f"`{review['sheet']}`"
+    text = (f"The {review['pairs']:,} pairs on the list are in {sheet} (crossing pairs first, both paths "
+            "relative to the corpus root, classes, splits and every recorded score) with an empty `verdict` "
+            "column: write `same` where the two images show one leaf (or one picture) and `different` where "
+            "they do not, and leave the rest blank. " if review["pairs"] else
+            f"The review list is empty: {sheet} holds only its header. ")
+    if v["file"] is None:
+        return (text + "No verdicts have been given back yet. Give the filled file back with `make book ... "
+                "REVIEW=path/to/review.csv` (`--review-verdicts PATH`): a pair judged `same` is then trusted "
+                "(verified by `reviewer`), joins its leakage group and is kept on one side of the split, and "
+                "every judged pair leaves the list.")
+    disputed = v["different_but_trusted"]
+    shown = "; ".join(f"`{d['rel_path_a']}` ~ `{d['rel_path_b']}` ({d['kind']}, {d['verified_by']})"
+                      for d in v["disagreements"][:5])
+    return (text + f"**{v['judged']:,}** verdicts were given back in `{v['file']}` (SHA-256 "
+            f"`{v['sha256'][:12]}…`, kept as `{v['copy']}`): {v['same']:,} `same` and {v['different']:,} "
+            f"`different`. They confirmed **{v['confirmed_new']:,}** pairs no verifier had trusted "
+            f"({v['added']:,} of them proposed by no source), **{v['confirmed_crossing']:,}** of them across "
+            "the inherited split; these are among the trusted pairs, groups and crossings above, verified by "
+            "`reviewer`. Judged pairs are left off the list and the sheet. "
+            + (f"**{disputed:,}** pairs judged `different` are trusted by a verifier and stay trusted (a "
+               f"verdict does not undo a verifier's evidence; check them): {shown}"
+               + (" and more (`audit/audit.json`)" if disputed > 5 else "") + ". "
+               if disputed else "No pair judged `different` is trusted by a verifier. ")
+            + f"The verdicts come from that one file: to judge more, add rows from {sheet} to it and run the "
+            "book again (a rerun sees the edit); a file given in its place replaces these verdicts.")

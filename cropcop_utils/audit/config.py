@@ -34,8 +34,23 @@ DEFAULTS: dict[str, Any] = {
     "leaf_min_ssim": 0.92,    # leaf-aligned SSIM confirming a pair the others left open (> 1: off)
     "leaf_review_ssim": 0.80,  # rejected pairs from this leaf-aligned SSIM up are listed for a human look
     "geometry_review_inliers": 20,  # ... and those with this many RANSAC inliers at geometry_min_ratio
+    # The re-shot verifier (cropcop_utils.audit.reshot): SIFT on the leaf, one similarity.  Chosen on the
+    # synthetic truth pooled over four generator seeds (bench/audit_seeds.py): at these settings it recovers
+    # 71 of the 91 re-shot pairs the other verifiers left open, with one unrelated pair among the 16,434 it
+    # was shown
+    "reshot_verifier": True,
+    "reshot_screen_inliers": 10,  # asked about open pairs with this many ORB inliers ...
+    "reshot_screen_leaf": 0.6,    # ... or this leaf-aligned SSIM
+    "reshot_min_inliers": 25,     # similarity inliers that confirm a re-shot on their own
+    "reshot_support_inliers": 12,  # ... or this many when they are at least
+    "reshot_min_share": 0.7,      # ... this share of the matches (template look-alikes agree on half)
+    "reshot_max_angle": 30.0,     # a re-shot turns a few degrees; chance fits came at 50-180
     "verify_batch": 512,
     "gallery_pairs": 12,
+    # a reviewer's verdicts on audit/review.csv (same / different), given back: `same` pairs are trusted
+    # (verified_by "reviewer") before the groups form (cropcop_utils.audit.verdicts); None: none given yet.
+    # Set by --review-verdicts PATH (make book REVIEW=PATH) as an absolute path
+    "review_verdicts": None,
 }
 
 
@@ -74,4 +89,16 @@ def settings(ctx_or_section: Any) -> dict[str, Any]:
     if int(merged["geometry_review_inliers"]) < 0:
         raise AuditInputError("audit.geometry_review_inliers must be >= 0 (above geometry_min_inliers, the "
                               "review list holds no geometric near misses)")
+    if merged["review_verdicts"] is not None and (not isinstance(merged["review_verdicts"], str)
+                                                  or not merged["review_verdicts"].strip()):
+        raise AuditInputError("audit.review_verdicts must be null or the path of a verdict file (a filled-in "
+                              f"audit/review.csv), got {merged['review_verdicts']!r}")
+    if not isinstance(merged["reshot_verifier"], bool):
+        raise AuditInputError(f"audit.reshot_verifier must be true or false, got "
+                              f"{merged['reshot_verifier']!r}")
+    if min(int(merged["reshot_screen_inliers"]), int(merged["reshot_min_inliers"]),
+           int(merged["reshot_support_inliers"])) < 0 or not 0 <= float(merged["reshot_min_share"]) <= 1 \
+            or not 0 <= float(merged["reshot_max_angle"]) <= 180:
+        raise AuditInputError("audit.reshot_* inlier counts must be >= 0, audit.reshot_min_share in [0, 1] "
+                              "and audit.reshot_max_angle in [0, 180] degrees")
     return merged

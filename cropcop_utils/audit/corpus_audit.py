@@ -12,12 +12,14 @@ Relationships between admitted images, strongest first:
   EfficientNet-Lite0 embedding (``audit.embedding_k``, ``audit.embedding_min_cosine``) and nearest
   neighbours by a turn-invariant ring spectrum (``audit.rings_k``, ``audit.rings_min_correlation``)
   and by a bag of ORB visual words (``audit.words_k``, ``audit.words_vocabulary``);
-  pHash and dihedral candidates are capped at ``audit.max_neighbours`` partners per image.  Three
+  pHash and dihedral candidates are capped at ``audit.max_neighbours`` partners per image.  Four
   verifiers score the candidates: the registered, subject-weighted SSIM (:mod:`.verifier`,
   ``audit.verify_threshold``), ORB + RANSAC homography inliers confirmed by the SSIM after alignment
   (:mod:`.geometry`, ``audit.geometry_min_inliers``, ``audit.geometry_min_ratio``,
   ``audit.geometry_min_ssim``) and, for pairs neither accepts, the SSIM of the two leaves laid on each
-  other by their silhouettes (:mod:`.leaf_align`, ``audit.leaf_min_ssim``).  A proposed pair that any
+  other by their silhouettes (:mod:`.leaf_align`, ``audit.leaf_min_ssim``), and, for open pairs with some
+  evidence, SIFT on the leaf fitted by one similarity (:mod:`.reshot`, ``audit.reshot_*``: the same leaf
+  photographed again).  A proposed pair that any
   verifier accepts is *trusted*; every score, and who proposed and who confirmed it, is recorded either
   way.
 
@@ -61,9 +63,11 @@ from .truth import (
     geometry_calibration,
     leaf_calibration,
     recall_by_source,
+    reshot_calibration,
     threshold_table,
     verifier_calibration,
 )
+from .verdicts import apply_verdicts
 
 # --------------------------------------------------------------------------- the whole audit
 MANIFEST_NEEDS = ("row_id", "rel_path", "class_name", "inherited_split", "sha256", "admitted")
@@ -103,6 +107,7 @@ def near_table(candidates: NearCandidates, groups: PixelGroups, cfg: dict[str, A
                                   dtype="Float64"),
         "leaf_ssim": pd.array(np.where(np.isnan(candidates.leaf_ssim), None, candidates.leaf_ssim),
                               dtype="Float64"),
+        **reshot_columns(candidates),
         "trusted": accepted,
     })[chosen].reset_index(drop=True)
     expanded, source = groups.expand(candidates.pairs[chosen])
@@ -110,6 +115,20 @@ def near_table(candidates: NearCandidates, groups: PixelGroups, cfg: dict[str, A
     near.insert(0, "j", expanded[:, 1] if len(expanded) else np.zeros(0, np.int64))
     near.insert(0, "i", expanded[:, 0] if len(expanded) else np.zeros(0, np.int64))
     return near[["i", "j", *NEAR_COLUMNS]]
+
+
+def reshot_columns(candidates: NearCandidates) -> dict[str, pd.api.extensions.ExtensionArray]:
+    """The re-shot verifier's record per candidate pair (null where it was not asked)."""
+    scores = candidates.reshot
+    done = scores.done
+
+    def asked(values: np.ndarray, dtype: str) -> pd.api.extensions.ExtensionArray:
+        return pd.array(np.where(done & np.isfinite(values.astype(float)), values, None), dtype=dtype)
+
+    return {"reshot_matches": asked(scores.matches, "Int64"),
+            "reshot_inliers": asked(scores.inliers, "Int64"),
+            "reshot_scale": asked(scores.scale, "Float64"), "reshot_angle": asked(scores.angle, "Float64"),
+            "reshot_mirrored": pd.array(np.where(done, scores.mirrored, None), dtype="boolean")}
 
 
 @dataclass
@@ -133,7 +152,9 @@ class AuditResult:
     by_source: pd.DataFrame | None = None
     geometry_table: pd.DataFrame | None = None
     leaf_table: pd.DataFrame | None = None
+    reshot_table: pd.DataFrame | None = None
     seconds: dict[str, float] | None = None
+    verdicts: dict[str, Any] | None = None  # what a reviewer's verdicts changed (:mod:`.verdicts`)
 
     def hash_table(self) -> pd.DataFrame:
         return pd.DataFrame({"row_id": self.rows["row_id"], "phash": self.hashes.phash,
@@ -171,12 +192,16 @@ def audit_corpus(
     truth_json: dict[str, Any] | None = None,
     max_image_pixels: int | None = None,
     hashes: ImageHashes | None = None,
+    verdicts: pd.DataFrame | None = None,
 ) -> AuditResult:
     """The whole audit of admitted ``rows`` (row_id, rel_path, class_name, inherited_split, sha256).
 
     ``hashes``: the rows' fingerprints when already computed (:func:`~.hashing.hash_images` at these
     settings, in row order); a fingerprint depends on its image alone, so the cross-set audit
-    (:mod:`.cross_sets`) reuses the lab's instead of decoding the lab corpus twice."""
+    (:mod:`.cross_sets`) reuses the lab's instead of decoding the lab corpus twice.
+
+    ``verdicts``: a reviewer's judged pairs (:func:`~.verdicts.read_verdicts`), folded into the
+    relationships before the groups, crossings and decision (:func:`~.verdicts.apply_verdicts`)."""
     cfg = settings(cfg or {})
     workers = int(workers or cfg["workers"] or os.cpu_count() or 1)
     rows = rows.reset_index(drop=True)
@@ -188,8 +213,11 @@ def audit_corpus(
         raise AuditInputError(f"{len(hashes.pixel_sha256)} fingerprints given for {len(rows)} rows")
     exact = exact_pairs(rows["sha256"], hashes.pixel_sha256)
     pixel_groups = PixelGroups.from_digests(hashes.pixel_sha256)
-    candidates = near_candidates(hashes, pixel_groups.representatives, cfg, progress, workers)
+    rel_paths = rows["rel_path"].tolist()
+    candidates = near_candidates(hashes, pixel_groups.representatives, cfg, progress, workers,
+                                 paths=lambda k: os.path.join(corpus_root, rel_paths[k]))
     relationships = relationship_table(rows, hashes, exact, near_table(candidates, pixel_groups, cfg))
+    relationships, verdict_report = apply_verdicts(relationships, rows, hashes, verdicts)
     groups = leakage_groups(rows["row_id"], relationships)
     stats = group_stats(groups, rows)
     crossings = crossing_counts(relationships)
@@ -200,6 +228,9 @@ def audit_corpus(
     geometry_table = geometry_calibration(candidates, pixel_groups, exact, cfg, truth) \
         if truth is not None else None
     leaf_table = leaf_calibration(candidates, pixel_groups, exact, cfg, truth) if truth is not None else None
+    reshot_table = reshot_calibration(candidates, pixel_groups, exact, cfg, truth) \
+        if truth is not None else None
     return AuditResult(rows, hashes, exact, pixel_groups, candidates, relationships, groups, stats, crossings,
                        inherited_decision(rows, crossings, stats), table, calibration, truth, cfg, by_source,
-                       geometry_table, leaf_table=leaf_table)
+                       geometry_table, leaf_table=leaf_table, reshot_table=reshot_table,
+                       verdicts=verdict_report)

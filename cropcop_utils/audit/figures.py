@@ -83,6 +83,11 @@ def plot_pair_gallery(sample: pd.DataFrame, corpus_root: str | os.PathLike, thre
         geometry += f" ({ratio:.2f})" if geometry and ratio is not None and not pd.isna(ratio) else ""
         leaf = getattr(pair, "leaf_ssim", None)
         geometry += f"  leaf {leaf:.3f}" if leaf is not None and not pd.isna(leaf) else ""
+        shot = getattr(pair, "reshot_inliers", None)
+        if shot is not None and not pd.isna(shot):
+            flipped = " of the mirror image" if bool(getattr(pair, "reshot_mirrored", False)) else ""
+            geometry += (f"\nre-shot: {shot:.0f}/{pair.reshot_matches:.0f} leaf matches fit one move"
+                         f"{flipped} (turn {pair.reshot_angle:.0f}°, scale {pair.reshot_scale:.2f})")
         axes[r, 2 * c].text(
             0.0, -0.08, f"{sources}: pHash {pair.phash_distance}  SSIM {score}{geometry}\n({decided}; "
             f"SSIM threshold {threshold:.2f})",

@@ -18,8 +18,9 @@ RELATIONSHIP_COLUMNS = ["row_id_a", "row_id_b", "rel_path_a", "rel_path_b", "kin
                         "verified_by", "phash_distance", "dhash_distance", "dihedral_distance",
                         "dihedral_transform", "cosine", "verify_score", "geometry_matches",
                         "geometry_inliers", "geometry_ratio", "geometry_mirrored", "geometry_ssim",
-                        "leaf_ssim", "trusted", "class_a",
-                        "class_b", "label_conflict", "split_a", "split_b", "crosses_split"]
+                        "leaf_ssim", "reshot_matches", "reshot_inliers", "reshot_scale", "reshot_angle",
+                        "reshot_mirrored", "trusted", "class_a", "class_b", "label_conflict", "split_a",
+                        "split_b", "crosses_split"]
 NO_SPLIT = "none"
 
 # --------------------------------------------------------------------------- exact relationships
@@ -93,7 +94,8 @@ class PixelGroups:
 # --------------------------------------------------------------------------- relationships
 NEAR_COLUMNS = ["proposed_by", "verified_by", "dihedral_distance", "dihedral_transform", "cosine",
                 "verify_score", "geometry_matches", "geometry_inliers", "geometry_ratio", "geometry_mirrored",
-                "geometry_ssim", "leaf_ssim", "trusted"]
+                "geometry_ssim", "leaf_ssim", "reshot_matches", "reshot_inliers", "reshot_scale",
+                "reshot_angle", "reshot_mirrored", "trusted"]
 
 
 def relationship_table(
@@ -127,6 +129,13 @@ def relationship_table(
     transform = extra["dihedral_transform"].astype("Int64")
     swapped_near = swap & (kind == "near")
     transform[swapped_near] = [dihedral_inverse(int(g)) for g in transform[swapped_near]]
+    # the re-shot verifier's similarity carries a onto b: with the ends swapped it is inverted
+    reshot_scale = extra["reshot_scale"].astype("Float64")
+    reshot_angle = extra["reshot_angle"].astype("Float64")
+    reshot_scale[swapped_near] = 1.0 / reshot_scale[swapped_near]
+    # a mirrored fit is its own inverse up to the turn's sign, which the mirror also flips: it keeps its angle
+    reshot_angle[swapped_near] = reshot_angle[swapped_near].where(
+        extra["reshot_mirrored"].astype("boolean")[swapped_near].fillna(False), -reshot_angle[swapped_near])
     table = pd.DataFrame({
         "row_id_a": rows["row_id"].to_numpy(object)[a], "row_id_b": rows["row_id"].to_numpy(object)[b],
         "rel_path_a": rel[a], "rel_path_b": rel[b], "kind": kind,
@@ -144,6 +153,11 @@ def relationship_table(
         "geometry_mirrored": extra["geometry_mirrored"].astype("boolean").to_numpy(),
         "geometry_ssim": extra["geometry_ssim"].astype("Float64").round(4).to_numpy(),
         "leaf_ssim": extra["leaf_ssim"].astype("Float64").round(4).to_numpy(),
+        "reshot_matches": extra["reshot_matches"].astype("Int64").to_numpy(),
+        "reshot_inliers": extra["reshot_inliers"].astype("Int64").to_numpy(),
+        "reshot_scale": reshot_scale.round(4).to_numpy(),
+        "reshot_angle": reshot_angle.round(2).to_numpy(),
+        "reshot_mirrored": extra["reshot_mirrored"].astype("boolean").to_numpy(),
         "trusted": extra["trusted"].astype(bool).to_numpy(),
         "class_a": classes[a], "class_b": classes[b], "split_a": splits[a], "split_b": splits[b],
     })

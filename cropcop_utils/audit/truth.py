@@ -131,9 +131,11 @@ def verifier_calibration(
     """Confirmed pairs (and with truth precision / recall) per SSIM threshold, for every proposed pair,
     the geometric verifier's decision held at the profile's settings."""
     thresholds = np.round(np.arange(0.50, 1.0001, 0.01), 2) if thresholds is None else np.asarray(thresholds)
-    _, min_inliers, min_ratio, min_ssim, support_ssim, support_inliers, leaf_min = decision_settings(cfg)
+    decision = decision_settings(cfg)
+    _, min_inliers, min_ratio, min_ssim, support_ssim, support_inliers, leaf_min = decision[:7]
     proposed = candidates.any_source
-    geo_ok = candidates.geometry_ok(min_inliers, min_ratio, min_ssim) | candidates.leaf_ok(leaf_min)
+    geo_ok = (candidates.geometry_ok(min_inliers, min_ratio, min_ssim) | candidates.leaf_ok(leaf_min)
+              | candidates.reshot_ok(*decision[7:]))
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
     for t in thresholds:
@@ -175,10 +177,12 @@ def geometry_calibration(
 ) -> pd.DataFrame:
     """Precision and recall per minimum aligned SSIM of the geometric verifier, its inlier thresholds
     and the plain SSIM threshold held at the profile's."""
-    threshold, min_inliers, min_ratio, _, support_ssim, support_inliers, leaf_min = decision_settings(cfg)
+    decision = decision_settings(cfg)
+    threshold, min_inliers, min_ratio, _, support_ssim, support_inliers, leaf_min = decision[:7]
     proposed = candidates.any_source
     ssim_ok = (candidates.hash_close & (candidates.ssim >= threshold)
-               | candidates.both_agree(support_ssim, support_inliers) | candidates.leaf_ok(leaf_min))
+               | candidates.both_agree(support_ssim, support_inliers) | candidates.leaf_ok(leaf_min)
+               | candidates.reshot_ok(*decision[7:]))
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
     for s in aligned:
@@ -203,12 +207,40 @@ def leaf_calibration(
     others = candidates.accepted(*decision[:6])
     exact_set = _pair_set(exact[["i", "j"]].to_numpy())
     rows = []
+    reshot_ok = candidates.reshot_ok(*decision[7:])
     for t in thresholds:
         added = candidates.leaf_ok(float(t)) & ~others
-        scores, result = _kept_scores(candidates, groups, exact_set, truth, proposed & (others | added))
+        scores, result = _kept_scores(candidates, groups, exact_set, truth,
+                                      proposed & (others | added | reshot_ok))
         turned = {f"recall_{k}": result["recall"][k] for k in ("rotate", "crop_large", "shear", "perspective")
                   if k in result["recall"]}
         rows.append({"min_leaf_ssim": float(t), "pairs_added": int(added.sum()), **scores, **turned})
+    return pd.DataFrame(rows)
+
+
+def reshot_calibration(
+    candidates: NearCandidates,
+    groups: PixelGroups,
+    exact: pd.DataFrame,
+    cfg: dict[str, Any],
+    truth: Truth,
+    shares: Sequence[float] = tuple(np.round(np.arange(0.40, 0.951, 0.05), 2)),
+) -> pd.DataFrame:
+    """Precision and recall per minimum inlier share of the re-shot verifier's lower rule, its other
+    settings and the other verifiers held at the profile's (it only scores pairs they left open, so this
+    is its whole effect).  Empty when the verifier is off."""
+    decision = decision_settings(cfg)
+    if len(decision) <= 7:
+        return pd.DataFrame()
+    proposed = candidates.any_source
+    others = candidates.accepted(*decision[:7])
+    min_inliers, support_inliers, _, max_angle = decision[7:]
+    exact_set = _pair_set(exact[["i", "j"]].to_numpy())
+    rows = []
+    for share in shares:
+        added = candidates.reshot_ok(min_inliers, support_inliers, float(share), max_angle) & ~others
+        scores, _ = _kept_scores(candidates, groups, exact_set, truth, proposed & (others | added))
+        rows.append({"min_share": float(share), "pairs_added": int(added.sum()), **scores})
     return pd.DataFrame(rows)
 
 

@@ -191,6 +191,7 @@ def open_run(
     field: str | os.PathLike | list | tuple | None = None,
     field_train: str | os.PathLike | None = None,
     accept_changed_parameters: bool = False,
+    review_verdicts: str | os.PathLike | None = None,
 ) -> RunContext:
     """Create or reopen a run folder.
 
@@ -209,6 +210,11 @@ def open_run(
     ``field_train`` (``--field-train``): a folder of labelled field photos in ``<lab class>/<images>``
     that chapter 1 scans as a training source (recorded as an absolute path); not given, what
     ``params.yaml`` recorded, else None.  A run folder reopened with another one is refused.
+
+    ``review_verdicts`` (``--review-verdicts``): a reviewer's verdict file for chapter 2's review list,
+    recorded as ``audit.review_verdicts`` (an absolute path); not given, what ``params.yaml`` recorded,
+    else the profile's value.  Unlike a folder above, another file may be given to the same run folder:
+    the audit and the chapters after it run again.
 
     ``accept_changed_parameters`` (the book runner only): a profile whose parameters differ from the
     recorded ones replaces them in ``params.yaml`` (the runner then reruns every chapter that read a
@@ -243,6 +249,11 @@ def open_run(
             params["field_train"] = recorded["params"]["field_train"]
     else:
         params["field_train"] = None
+    # kept like field-train, so a chapter reopening the run (naming none) computes the same parameters
+    verdicts = (resolve_review_verdicts(review_verdicts) if review_verdicts is not None
+                else ((recorded or {}).get("params", {}).get("audit") or {}).get("review_verdicts"))
+    if verdicts is not None:
+        params["audit"] = {**(params.get("audit") or {}), "review_verdicts": verdicts}
     if declared:  # only when declared, so run folders made before sources existed keep their fingerprint
         params["field_sources"] = declared
     fingerprint = sha256_json(params)
@@ -316,6 +327,15 @@ def resolve_field_train(field_train: str | os.PathLike) -> str:
         raise FileNotFoundError(f"--field-train {path}: no such folder of labelled field photos "
                                 "(<lab class>/<images>)")
     return str(path)
+
+
+def resolve_review_verdicts(path: str | os.PathLike) -> str:
+    """``--review-verdicts`` as recorded: the absolute path of an existing file."""
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.is_file():
+        raise FileNotFoundError(f"--review-verdicts {resolved}: no such file (fill in audit/review.csv of a "
+                                "run folder and give its path)")
+    return str(resolved)
 
 
 def reopen_run(run_dir: str | os.PathLike) -> RunContext:

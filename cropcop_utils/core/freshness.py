@@ -9,8 +9,9 @@ A chapter is *fresh* when nothing it was computed from has changed since it last
   (``field_transfer.bootstrap``), the chapter's kernel touched, noted as it happens by
   :class:`ReadParams` (a record of reads, not a list kept by hand that could fall behind the code),
   compared by the SHA-256 of its value;
-* the **folders those parameters name** (the corpus, field cohorts, field-train, out-of-scope folders),
-  by a listing of every file's path, size and modification time;
+* the **folders and files those parameters name** (the corpus, field cohorts, field-train, out-of-scope
+  folders; a file such as a reviewer's verdicts, ``audit.review_verdicts``), by a listing of every file's
+  path, size and modification time;
 * its **files** — its chapter record and every artifact the record lists as read or written re-hash to
   the registry's SHA-256, and its executed notebook is in the book.
 
@@ -182,23 +183,27 @@ def code_fingerprint(package: Path, notebook: Path) -> str:
     return digest.hexdigest()
 
 
-def named_folders(value: Any, base: Path) -> list[Path]:
-    """Every existing folder a parameter value names (a string with a path separator; relative ones from
-    ``base``, where the kernels run)."""
+def named_paths(value: Any, base: Path) -> list[Path]:
+    """Every existing folder or file a parameter value names (a string with a path separator; relative
+    ones from ``base``, where the kernels run)."""
     if isinstance(value, dict):
-        return [f for v in value.values() for f in named_folders(v, base)]
+        return [f for v in value.values() for f in named_paths(v, base)]
     if isinstance(value, (list, tuple)):
-        return [f for v in value for f in named_folders(v, base)]
+        return [f for v in value for f in named_paths(v, base)]
     if isinstance(value, str) and "/" in value:
         path = Path(value) if os.path.isabs(value) else (base / value).resolve()
-        return [path] if path.is_dir() else []
+        return [path] if path.is_dir() or path.is_file() else []
     return []
 
 
-def folder_listing(folder: Path) -> str:
-    """SHA-256 of every file's relative path, size and modification time under ``folder`` (contents are
-    not read: a corpus of thousands of photos is listed in about a second)."""
+def path_listing(folder: Path) -> str:
+    """SHA-256 of every file's relative path, size and modification time under ``folder``, or of the one
+    file it is (contents are not read: a corpus of thousands of photos is listed in about a second)."""
     digest = hashlib.sha256()
+    if folder.is_file():  # os.walk lists nothing for a file: its edit would go unseen
+        stat = folder.stat()
+        digest.update(f"{folder.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        return digest.hexdigest()
     for root, dirs, files in os.walk(folder):
         dirs.sort()
         for name in sorted(files):
@@ -209,10 +214,11 @@ def folder_listing(folder: Path) -> str:
 
 
 def chapter_basis(params: dict[str, Any], keys: list[str], code: str, base: Path) -> dict[str, Any]:
-    """What a chapter was computed from: code, the value of each parameter it read, the folders they name."""
-    folders = sorted({str(f) for k in keys for f in named_folders(lookup(params, k), base)})
+    """What a chapter was computed from: code, the value of each parameter it read, the folders and files
+    they name (under ``folders``)."""
+    folders = sorted({str(f) for k in keys for f in named_paths(lookup(params, k), base)})
     return {"code": code, "params": {k: sha256_json(lookup(params, k)) for k in keys},
-            "folders": {f: folder_listing(Path(f)) for f in folders}}
+            "folders": {f: path_listing(Path(f)) for f in folders}}
 
 
 # --------------------------------------------------------------------------- the chain's state

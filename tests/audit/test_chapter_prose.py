@@ -105,3 +105,23 @@ def test_truth_and_untruthed_threshold_paragraphs() -> None:
     assert "near duplicates recall **0.950** (95 of 100)" in text
     assert "7 of 9 re-shot families end up whole in one group" in text
     assert text.endswith("at least 0.98 on this corpus is 0.88.")
+
+
+def test_verdicts_paragraph_tells_how_to_give_verdicts_back_then_what_they_changed() -> None:
+    none = {"file": None, "sha256": None, "copy": None, "judged": 0, "same": 0, "different": 0,
+            "confirmed_new": 0, "confirmed_crossing": 0, "added": 0, "different_but_trusted": 0,
+            "disagreements": []}
+    review = {**FACTS["review"], "sheet": "audit/review.csv", "verdicts": none}
+    text = prose.verdicts_text(review)
+    assert "The 1,500 pairs on the list are in `audit/review.csv`" in text
+    assert "REVIEW=path/to/review.csv" in text and "--review-verdicts PATH" in text
+    assert "holds only its header" in prose.verdicts_text({**review, "pairs": 0})
+    given = {**none, "file": "/r/review.csv", "sha256": "f" * 64, "copy": "audit/review_verdicts.csv",
+             "judged": 40, "same": 31, "different": 9, "confirmed_new": 29, "confirmed_crossing": 7,
+             "added": 3}
+    text = prose.verdicts_text({**review, "verdicts": given})
+    for part in ("**40** verdicts were given back in `/r/review.csv`", "`ffffffffffff…`", "31 `same` and 9",
+                 "confirmed **29** pairs", "(3 of them proposed by no source), **7** of them across",
+                 "No pair judged `different` is trusted", "add rows from `audit/review.csv` to it"):
+        assert part in text, part
+    assert "REVIEW=" not in text

@@ -154,3 +154,25 @@ def test_field_train_is_recorded_absolute_reused_and_a_different_one_refused(tmp
     assert plain.source_roots == {LAB: corpus.resolve()}
     with pytest.raises(RunFolderConflict, match="field-train"):  # a run made without it refuses one later
         config.open_run(tmp_path / "run3", profile="smoke", data=str(corpus), field_train=str(photos))
+
+
+def test_review_verdicts_are_recorded_absolute_kept_on_reopen_and_replaceable_by_the_runner(tmp_path,
+                                                                                             monkeypatch):
+    first, second = tmp_path / "review.csv", tmp_path / "review2.csv"
+    first.write_text("rel_path_a,rel_path_b,verdict\n")
+    second.write_text("rel_path_a,rel_path_b,verdict\n")
+    monkeypatch.chdir(tmp_path)
+    ctx = config.open_run(tmp_path / "run", profile="smoke", review_verdicts="review.csv")
+    assert ctx.params["audit"]["review_verdicts"] == str(first.resolve())
+    assert ctx.params["audit"]["phash_radius"] == config.load_profile("smoke")["audit"]["phash_radius"]
+    again = config.open_run(tmp_path / "run", profile="smoke")  # a notebook reopening it names none
+    assert again.fingerprint == ctx.fingerprint
+    with pytest.raises(RunFolderConflict):                      # a kernel may not change it ...
+        config.open_run(tmp_path / "run", profile="smoke", review_verdicts=second)
+    runner = config.open_run(tmp_path / "run", profile="smoke", review_verdicts=second,
+                             accept_changed_parameters=True)    # ... the runner may: the audit reruns
+    assert runner.params["audit"]["review_verdicts"] == str(second)
+    assert config.open_run(tmp_path / "run", profile="smoke").fingerprint == runner.fingerprint
+    assert "review_verdicts" not in config.open_run(tmp_path / "run3", profile="smoke").params["audit"]
+    with pytest.raises(FileNotFoundError, match="--review-verdicts .*nope.csv: no such file"):
+        config.open_run(tmp_path / "run2", profile="smoke", review_verdicts=tmp_path / "nope.csv")

@@ -66,19 +66,39 @@ def test_folder_listing_sees_a_file_added_or_rewritten(tmp_path):
     (tmp_path / "a").mkdir()
     photo = tmp_path / "a" / "1.jpg"
     photo.write_bytes(b"one")
-    first = freshness.folder_listing(tmp_path)
-    assert freshness.folder_listing(tmp_path) == first
+    first = freshness.path_listing(tmp_path)
+    assert freshness.path_listing(tmp_path) == first
     photo.write_bytes(b"two!")
-    second = freshness.folder_listing(tmp_path)
+    second = freshness.path_listing(tmp_path)
     (tmp_path / "a" / "2.jpg").write_bytes(b"x")
-    assert len({first, second, freshness.folder_listing(tmp_path)}) == 3
+    assert len({first, second, freshness.path_listing(tmp_path)}) == 3
 
 
-def test_named_folders_are_existing_paths_in_any_value(tmp_path):
+def test_named_paths_are_existing_folders_and_files_in_any_value(tmp_path):
     (tmp_path / "cohort").mkdir()
-    value = {"near": str(tmp_path / "cohort"), "kinds": ["a/b-missing", "synthetic"], "n": 3}
-    assert freshness.named_folders(value, tmp_path) == [tmp_path / "cohort"]
-    assert freshness.named_folders("cohort/", tmp_path) == [(tmp_path / "cohort").resolve()]
+    (tmp_path / "review.csv").write_text("rel_path_a,rel_path_b,verdict\n")
+    value = {"near": str(tmp_path / "cohort"), "kinds": ["a/b-missing", "synthetic"], "n": 3,
+             "verdicts": str(tmp_path / "review.csv")}
+    assert freshness.named_paths(value, tmp_path) == [tmp_path / "cohort", tmp_path / "review.csv"]
+    assert freshness.named_paths("cohort/", tmp_path) == [(tmp_path / "cohort").resolve()]
+
+
+def test_a_file_a_parameter_names_is_listed_so_its_edit_makes_the_chapter_stale(tmp_path):
+    verdicts = tmp_path / "review.csv"
+    verdicts.write_text("rel_path_a,rel_path_b,verdict\na.png,b.png,\n")
+    first = freshness.path_listing(verdicts)
+    assert first != freshness.path_listing(tmp_path / "missing-folder")  # a file is not listed as empty
+    basis, code = _finished_chapter(tmp_path)
+    params = {"seed": 0, "data": str(tmp_path / "lab"), "training": {"epochs": 3},
+              "audit": {"review_verdicts": str(verdicts), "phash_radius": 12}}
+    basis = {**freshness.chapter_basis(params, ["audit", "data", "seed"], code, tmp_path),
+             "record_sha256": basis["record_sha256"]}
+    assert str(verdicts) in basis["folders"] and _why(tmp_path, basis, params, code) is None
+    verdicts.write_text("rel_path_a,rel_path_b,verdict\na.png,b.png,same\n")  # the reviewer's edit
+    assert freshness.path_listing(verdicts) != first
+    assert _why(tmp_path, basis, params, code) == f"files in {verdicts} changed"
+    verdicts.unlink()
+    assert _why(tmp_path, basis, params, code) == f"files in {verdicts} changed"
 
 
 def _finished_chapter(run: Path, seed: int = 0) -> tuple[dict, str]:
