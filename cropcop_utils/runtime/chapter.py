@@ -343,13 +343,14 @@ def chapter_latency(ch: Chapter, params: dict[str, Any], image_size: int, pte_sh
 
 def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     """Lower every regime's selected graph (:mod:`.regimes`); the shipped regime's record is
-    ``runtime/runtime.json`` and names the others' (``runtime/<regime>/runtime.json``).  Latency is timed
-    on the shipped ``.pte`` only: every regime has the same architecture and lowering."""
+    ``runtime/runtime.json`` and names the others' (``runtime/<regime>/runtime.json``).  Latency is timed,
+    and the device program lowered, for the shipped ``.pte`` only: every regime has the same architecture
+    and lowering, and the card points a device at the shipped regime's program."""
     from ..training import regimes
 
     params = runtime_params(ctx, **options)
     items = regimes.of_run(ctx)
-    untimed = {**params, "measure_latency": False}
+    untimed = {**params, "measure_latency": False, "device_program": False}
     others = {r.name: run_regime(ctx, untimed, r) for r in items if not r.shipped}
     return run_regime(ctx, params, regimes.shipped(items), others)
 
@@ -377,10 +378,12 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
                                                                           int(selected["max_batch"])))
     atomic_write_bytes(ch.path(at(PTE)), data)
     pte_sha = ch.record_output(at(PTE))
-    with ch.native_output(at(NATIVE_LOG)):
-        device_data, _, _ = lower(device.device_program(graph, image_size, int(params["device_batch"])))
-    atomic_write_bytes(ch.path(at(device.DEVICE_PTE)), device_data)
-    device_sha = ch.record_output(at(device.DEVICE_PTE))
+    device_record, device_sha = None, None
+    if params.get("device_program", True):
+        with ch.native_output(at(NATIVE_LOG)):
+            device_data, _, _ = lower(device.device_program(graph, image_size, int(params["device_batch"])))
+        atomic_write_bytes(ch.path(at(device.DEVICE_PTE)), device_data)
+        device_sha = ch.record_output(at(device.DEVICE_PTE))
 
     state = checkpoint.load(ch.verify(at(quant.CHECKPOINT), ptq_record["compact"]["sha256"]))
     state_blob = state_dict_bytes(state["model"])
@@ -396,11 +399,12 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
                                                   bool(params.get("test_override", False)),
                                                   params.get("test_override_reason"), at(TEST_RECORD),
                                                   features_path=at(FEATURES_TEST))
-        check = device.compare_programs(forward, load_verified_pte(ctx.run_dir, at(device.DEVICE_PTE)),
-                                        frozen.rows_for("val"), cfg, outputs.OUTPUT_NAMES)
-    device_record = {"path": at(device.DEVICE_PTE), "sha256": device_sha,
-                     "batch": int(params["device_batch"]), "pte_bytes": len(device_data),
-                     "pte_mib": len(device_data) / MIB, "check": check}
+        if device_sha is not None:
+            check = device.compare_programs(forward, load_verified_pte(ctx.run_dir, at(device.DEVICE_PTE)),
+                                            frozen.rows_for("val"), cfg, outputs.OUTPUT_NAMES)
+            device_record = {"path": at(device.DEVICE_PTE), "sha256": device_sha,
+                             "batch": int(params["device_batch"]), "pte_bytes": len(device_data),
+                             "pte_mib": len(device_data) / MIB, "check": check}
     graph_test = ch.read_parquet(at(quant.TEST_RECORD))
     if (graph_test["model_state"] != selected["sha256"]).any():
         raise FingerprintMismatch(f"{at(quant.TEST_RECORD)} was not written by {at(quant.SELECTED)}; "
@@ -436,7 +440,8 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
         "test_disagreements": len(audit),
         **{k.replace(" ", "_").replace("-", "_"): v for k, v in counts.items()},
         "pte_test_accuracy": pte_scores["accuracy"], "pte_test_macro_f1": pte_scores["macro_f1"]}
-    figures["device_program_identical"] = check["identical"]
+    if device_record is not None:
+        figures["device_program_identical"] = device_record["check"]["identical"]
     if latency is not None:
         figures.update({"latency": at("runtime/latency.png"), "latency_p50_ratio": ratios["p50_ratio"],
                         "memory_ratio": ratios["memory_ratio"],

@@ -390,3 +390,19 @@ def test_every_default_candidate_lowers_to_a_pte_that_runs_the_default_compact_m
         forward = pte_program.PteForward(data, evidence.sha256_bytes(data))
         for batch in (1, 3):
             assert forward(calibration[0][:batch]).shape == (batch, 3), (candidate.name, batch)
+
+
+@pytest.mark.slow
+def test_only_the_shipped_regime_gets_a_device_program(smoke_book):
+    """The card sends a device to the shipped regime's program; the others are lowered for scoring only."""
+    from pathlib import Path
+
+    run = Path(smoke_book["run_dir"])
+    shipped = json.loads((run / "runtime/runtime.json").read_text())
+    assert shipped["device_program"]["check"]["identical"]
+    assert evidence.verify_artifact(run, device.DEVICE_PTE) == shipped["device_program"]["sha256"]
+    assert shipped["regimes"], "the smoke book trains two regimes side by side"
+    for name, other in shipped["regimes"].items():
+        record = json.loads((run / other["record"]).read_text())
+        assert record["device_program"] is None and "device_program_identical" not in record["figures"]
+        assert not (run / "runtime" / name / Path(device.DEVICE_PTE).name).exists()
