@@ -136,7 +136,6 @@ def review_text(review: dict[str, Any]) -> str:
                if "planted_related" in review else ""))
 
 
-
 def verdicts_text(review: dict[str, Any]) -> str:
     """The review list as a sheet to fill, and what the verdicts given back changed (or how to give them)."""
     v, sheet = review["verdicts"], f"`{review['sheet']}`"

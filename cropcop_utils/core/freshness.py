@@ -196,19 +196,19 @@ def named_paths(value: Any, base: Path) -> list[Path]:
     return []
 
 
-def path_listing(folder: Path) -> str:
-    """SHA-256 of every file's relative path, size and modification time under ``folder``, or of the one
+def path_listing(path: Path) -> str:
+    """SHA-256 of every file's relative path, size and modification time under ``path``, or of the one
     file it is (contents are not read: a corpus of thousands of photos is listed in about a second)."""
     digest = hashlib.sha256()
-    if folder.is_file():  # os.walk lists nothing for a file: its edit would go unseen
-        stat = folder.stat()
-        digest.update(f"{folder.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    if path.is_file():  # os.walk lists nothing for a file: its edit would go unseen
+        stat = path.stat()
+        digest.update(f"{path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
         return digest.hexdigest()
-    for root, dirs, files in os.walk(folder):
+    for root, dirs, files in os.walk(path):
         dirs.sort()
         for name in sorted(files):
             stat = os.stat(os.path.join(root, name))
-            rel = os.path.relpath(os.path.join(root, name), folder)
+            rel = os.path.relpath(os.path.join(root, name), path)
             digest.update(f"{rel}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
