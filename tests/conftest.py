@@ -5,6 +5,7 @@ sample of the real apple corpus with a sample of its real orchard field cohort
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
@@ -21,15 +22,54 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 BOOK_FIXTURES = ("smoke_book", "tomato_smoke_book", "apple_field_smoke_book")
 
 
+# Session fixtures other than the books that take seconds to build: their users share a worker too.
+SHARED_BUILDS = ("ptq_run",)
+
+
+def _in_tests(func) -> bool:
+    source = inspect.getsourcefile(func)
+    return source is not None and Path(source).resolve().is_relative_to(Path(__file__).parent)
+
+
+def _build_keys(item) -> list[str]:
+    """The expensive fixtures ``item`` needs, as keys a worker builds once: the shared session builds,
+    and every module-scoped fixture of the test tree (per module: pytest builds one per module)."""
+    keys = [name for name in SHARED_BUILDS if name in item.fixturenames]
+    for name in item.fixturenames:
+        definitions = item._fixtureinfo.name2fixturedefs.get(name) or ()
+        if definitions and definitions[-1].scope == "module" and _in_tests(definitions[-1].func):
+            keys.append(f"{item.module.__name__}::{name}")
+    return keys
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     """``make test`` spreads the suite over the cores (pytest-xdist, ``--dist loadgroup``).  Each worker
-    builds its own session fixtures, so every test that reads one smoke book is sent to one worker:
-    each book runs once, and the books run side by side."""
+    builds its own session and module fixtures, so every test that reads one smoke book is sent to one
+    worker (each book runs once, and the books run side by side), and so are the tests that share another
+    expensive fixture (joined transitively: a module whose fixtures all rest on ``ptq_run`` is one group).
+    Without this, a module's tests spread over both workers and both build its fixtures (a 40 s .pte
+    lowered twice)."""
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    pending = []
     for item in items:
         books = [name for name in BOOK_FIXTURES if name in item.fixturenames]
         if books:
             item.add_marker(pytest.mark.xdist_group("+".join(books)))
+            continue
+        keys = _build_keys(item)
+        for key in keys[1:]:
+            parent[root(key)] = root(keys[0])
+        if keys:
+            pending.append((item, keys[0]))
+    for item, key in pending:
+        item.add_marker(pytest.mark.xdist_group(root(key)))
 
 
 @pytest.fixture(scope="session")

@@ -58,7 +58,10 @@ def records_from_logits(row_ids: Any, labels: Any, logits: torch.Tensor | np.nda
     logits = torch.as_tensor(np.asarray(logits) if not isinstance(logits, torch.Tensor) else logits)
     prob = torch.softmax(logits.float(), dim=-1)
     k = min(5, prob.shape[-1])
-    top_prob, top_idx = prob.topk(k, dim=-1)
+    # ranked on the logits by a stable sort: tied logits (an INT8 grid makes exact ties) go to the lower
+    # class index, as every argmax downstream decides them; topk leaves their order unspecified
+    top_idx = torch.sort(logits.float(), dim=-1, descending=True, stable=True).indices[:, :k]
+    top_prob = prob.gather(-1, top_idx)
     second = top_prob[:, 1] if k > 1 else torch.zeros(len(prob))
     return pd.DataFrame({
         "row_id": list(row_ids),

@@ -29,3 +29,15 @@ def test_geometry_pool_after_threaded_opencv_finishes() -> None:
     assert "scores" in found, "the geometric verifier's pool did not finish"
     alone = geometry.verify_pairs(points, pairs, workers=1)
     assert found["scores"].inliers.tolist() == alone.inliers.tolist()
+
+
+def test_every_module_the_server_preloads_exists() -> None:
+    # the forkserver skips a preload that fails to import without a word: a renamed module would quietly
+    # bring back one import per worker and pool
+    import importlib
+
+    from cropcop_utils.audit import pools
+
+    assert "cropcop_utils.audit.geometry" in pools.WORKER_MODULES
+    for name in pools.WORKER_MODULES:
+        importlib.import_module(name)

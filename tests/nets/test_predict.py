@@ -71,3 +71,13 @@ def test_score_is_sklearn_over_the_classes_present():
     assert scores["accuracy"] == pytest.approx(accuracy_score(frame["label"], frame["pred"]))
     assert scores["macro_f1"] == pytest.approx(f1_score(frame["label"], frame["pred"], labels=[0, 1, 2],
                                                         average="macro", zero_division=0))
+
+
+def test_tied_logits_rank_the_lower_class_first_as_argmax_does():
+    # an INT8 grid makes exact ties; chapters 10 and 11 must read the same decision from one record
+    logits = np.array([[0.0848, -0.328, 0.0792, 0.0848], [0.1, 0.3, 0.3, 0.3], [2.0, 1.0, 3.0, 0.0]],
+                      dtype=np.float32)
+    record = records_from_logits(["a", "b", "c"], [0, 1, 2], logits, "state")
+    assert record["pred"].tolist() == logits.argmax(axis=1).tolist() == [0, 1, 2]
+    assert record["top5_idx"].tolist() == [[0, 3, 2, 1], [1, 2, 3, 0], [2, 0, 1, 3]]
+    assert np.allclose([p[0] - p[1] for p in record["top5_prob"]], record["margin"])

@@ -23,7 +23,7 @@ def smoke_states(smoke_book, tmp_path_factory):
     return ctx, ch, state_models.load_states(ch, n_classes)
 
 
-LOGIT_STEPS = 16  # largest .pte - INT8 graph logit difference allowed, in output quantisation steps
+LOGIT_STEPS = 8  # largest .pte - INT8 graph logit difference allowed, in output quantisation steps
 DYNAMIC_SHARE = 0.04  # ... and, for a dynamically quantised graph, as a share of the logits' range
 
 
@@ -43,8 +43,9 @@ def test_reloaded_states_reproduce_their_recorded_validation_logits(smoke_states
     graph_val = graph_val.set_index("row_id").loc[val["row_id"]].reset_index()
     assert (records["int8"]["pred"].to_numpy() == graph_val["pred"].to_numpy()).all()
     # The .pte runs the INT8 arithmetic through XNNPACK's kernels, whose rounding differs from the
-    # reference graph's.  A static graph's outputs lie on one grid and differ by whole output steps (12
-    # measured on the smoke model): bounded at 16 steps.  A dynamic graph quantises activations as they
+    # reference graph's.  A static graph's outputs lie on one grid and differ by whole output steps (7
+    # measured on the smoke model, test_efficientnet; 12 on the MobileNetV4 it replaced, under a bound of
+    # 16): bounded at 8 steps.  A dynamic graph quantises activations as they
     # come and dequantises its output, so there is no grid: bounded at a share of the logits' range (1.2 %
     # measured on the smoke model).  Only rows whose top-2 logits are within twice the bound may flip; a
     # wrong or corrupted .pte is off by the logits' whole range.  The smoke model is barely trained: the
