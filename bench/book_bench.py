@@ -1,7 +1,8 @@
 """Where a book run's time went: each chapter's wall and CPU seconds and its share of the whole (from
 ``RUN_DIR/timings.json``, which the runner writes), and the training chapter's images per second against a
 plain timm loop of the same models on this machine (``train_bench.step_rate``: the same architecture, image
-size, batch, threads and teacher on random tensors, no data loading, no augmentation, no validation).
+size, batch, threads, frozen layer groups and teacher on random tensors, no data loading, no augmentation,
+no validation).
 
     .venv/bin/python bench/book_bench.py RUN_DIR [--steps 8] [--no-loop]
 
@@ -64,7 +65,8 @@ def training_against_loop(run_dir: Path, steps: int, loop: bool) -> None:
                 torch.set_num_threads(int(hp.get("threads") or 1))
                 teacher = models["reference"]["arch"] if model.get("teacher") else None
                 wall, per_cpu = step_rate(model["arch"], n_classes, size, int(hp["batch_size"]), steps,
-                                          bool(hp["channels_last"]), teacher, hp["distill"], hp["weights"])
+                                          bool(hp["channels_last"]), teacher, hp["distill"], hp["weights"],
+                                          int(hp.get("frozen_groups") or 0))
                 line += f" | plain timm loop {wall:6.1f} img/s ({per_cpu:.1f} per CPU-second): ratio " \
                         f"{model['images_per_s'] / wall:.2f}"
             print(line)

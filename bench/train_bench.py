@@ -20,19 +20,23 @@ import torch
 import torch.nn.functional as F
 
 from cropcop_utils.core import config
-from cropcop_utils.nets.models import create_model, distillation_loss
+from cropcop_utils.nets.models import create_model, distillation_loss, freeze_leading_groups
 from cropcop_utils.training import settings as train
 from cropcop_utils.training.augment import AugmentParams, augment
 
 
 def step_rate(arch: str, classes: int, size: int, batch: int, steps: int, channels_last: bool,
-              teacher_arch: str | None, distill: dict, weights: str | None = None) -> tuple[float, float]:
-    """Images per second of full training steps (after two warm-up steps): (wall clock, CPU time)."""
+              teacher_arch: str | None, distill: dict, weights: str | None = None,
+              frozen_groups: int = 0) -> tuple[float, float]:
+    """Images per second of full training steps (after two warm-up steps): (wall clock, CPU time).
+    ``frozen_groups`` leading layer groups stay frozen, as the profile trains them."""
     torch.manual_seed(0)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    model = create_model(arch, classes, weights=weights).to(memory_format=fmt).train()
+    model = create_model(arch, classes, weights=weights)
+    freeze_leading_groups(model, frozen_groups)
+    model = model.to(memory_format=fmt).train()
     teacher = create_model(teacher_arch, classes).to(memory_format=fmt).eval() if teacher_arch else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     images = torch.randn(batch, 3, size, size).contiguous(memory_format=fmt)
     labels = torch.randint(0, classes, (batch,))
     for i in range(steps + 2):
@@ -77,9 +81,12 @@ def main() -> None:
         cfg = train.resolve_config(params["training"], kind)
         teacher = reference["arch"] if kind == "compact" and cfg["distill"]["enabled"] else None
         common = (cfg["arch"], args.classes, size, int(cfg["batch_size"]), args.steps)
-        tuned = {cl: step_rate(*common, cl, teacher, cfg["distill"], cfg["weights"]) for cl in (False, True)}
+        frozen = int(cfg["frozen_groups"])
+        tuned = {cl: step_rate(*common, cl, teacher, cfg["distill"], cfg["weights"], frozen)
+                 for cl in (False, True)}
         scratch = step_rate(*common, bool(cfg["channels_last"]), teacher, cfg["distill"], None)
-        start = "fine-tuning" if cfg["weights"] else "from scratch"
+        start = ("fine-tuning" + (f" above {frozen} frozen layer groups" if frozen else "")
+                 if cfg["weights"] else "from scratch")
         print(f"{kind:9s} {cfg['arch']:24s} batch {cfg['batch_size']:3d}"
               f"{' + teacher ' + teacher if teacher else ''}, {start}: {tuned[True][0]:7.1f} img/s "
               f"channels-last ({tuned[True][1]:.1f} per CPU-second), {tuned[False][0]:7.1f} img/s NCHW "

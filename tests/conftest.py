@@ -145,7 +145,8 @@ def apple_field_roots() -> tuple[Path, Path]:
 def apple_field_smoke_book(tmp_path_factory, apple_field_roots):
     """The whole chain on the real PlantVillage apple corpus with ``--field`` the real orchard photos and
     ``--field-train`` the labelled orchard photos for training, all read in place: the smoke_field profile
-    keeps a content-hash sample of each (``corpus.sample_fraction`` for the lab and field-train folders,
+    keeps a content-hash sample of each (``corpus.sample_fraction`` for the lab folder,
+    ``corpus.field_train_sample_fraction`` for the field-train folder,
     ``field_transfer.sample_fraction`` for the cohort), trains the baseline and the field-adapted regime
     side by side, and so runs chapters 2-11 across real field photographs.  Executed headless, not rendered
     (the two other books test the render)."""

@@ -4,8 +4,9 @@ scanned in chapter 1 by the corpus rules against the lab class map.
 The folder has the field layout (:mod:`.field_sets`: ``<lab class>/<images>``, optional ``labels.csv``).
 Every file is admitted (``corpus/field_train.parquet``), quarantined (``corpus/field_train_quarantine
 .parquet``: the corpus chapter's file-level reasons plus ``labels_csv_conflict``), left out
-(``corpus/field_train_left_out.parquet``: a folder with no lab class) or, under ``corpus.sample_fraction``
-(the lab corpus's content-hash sample, so a sampled book samples both sources alike), not sampled
+(``corpus/field_train_left_out.parquet``: a folder with no lab class) or, under
+``corpus.field_train_sample_fraction`` (when the profile does not set it: ``corpus.sample_fraction``, the lab
+corpus's content-hash sample, so a sampled book samples both sources alike), not sampled
 (``corpus/field_train_not_sampled.parquet``).  Row ids are ``row_id("field_train/<rel_path>")``; labels
 are indices in ``corpus/class_map.json``.
 """
@@ -25,6 +26,7 @@ LEFT_OUT = "corpus/field_train_left_out.parquet"
 NOT_SAMPLED = "corpus/field_train_not_sampled.parquet"
 ROW_COLUMNS = ["row_id", "rel_path", "class_name", "label", "source_label", "sha256", "width", "height"]
 SAMPLE_KEY = "corpus.sample_fraction"
+OWN_SAMPLE_KEY = "corpus.field_train_sample_fraction"
 
 
 def lab_class_names(class_map: dict[str, Any]) -> list[str]:
@@ -34,10 +36,10 @@ def lab_class_names(class_map: dict[str, Any]) -> list[str]:
 
 def scan_field_train(root: str | Path, class_map: dict[str, Any], max_image_pixels: int | None = None,
                      workers: int | None = 1, progress: bool = False,
-                     sample_fraction: float | None = None) -> FieldScan:
+                     sample_fraction: float | None = None, sample_key: str = SAMPLE_KEY) -> FieldScan:
     """Scan a field-train folder against the lab class map (label = the class map's index)."""
     return scan_field(root, lab_class_names(class_map), max_image_pixels, workers, progress, sample_fraction,
-                      row_prefix=FIELD_TRAIN, sample_key=SAMPLE_KEY, not_sampled_list=NOT_SAMPLED)
+                      row_prefix=FIELD_TRAIN, sample_key=sample_key, not_sampled_list=NOT_SAMPLED)
 
 
 def write_field_train(ch: Chapter, scan: FieldScan, class_map: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +73,7 @@ def run_field_train(ctx: Any, ch: Chapter, class_map: dict[str, Any], workers: i
     if ctx.field_train_root is None:
         return None
     settings = ctx.section("corpus")
+    key = OWN_SAMPLE_KEY if OWN_SAMPLE_KEY.split(".")[1] in settings else SAMPLE_KEY
     scan = scan_field_train(ctx.field_train_root, class_map, settings.get("max_image_pixels"), workers,
-                            progress, settings.get("sample_fraction"))
+                            progress, settings.get(key.split(".")[1]), key)
     return write_field_train(ch, scan, class_map)

@@ -169,6 +169,7 @@ def model_record(summary: dict[str, Any], scored: dict[str, Any], config: dict[s
     distill = config["distill"] if summary["kind"] == "compact" and config["distill"]["enabled"] else None
     return {
         "arch": state["arch"], "params": int(state["params"]), "num_classes": int(state["num_classes"]),
+        "trainable_params": summary.get("trainable_params"), "frozen_modules": summary.get("frozen_modules"),
         "image_size": int(state["image_size"]), "pretrained": state["pretrained"],
         "teacher": None if distill is None else {"checkpoint_sha256": state["teacher_sha256"],
                                                   "temperature": distill["temperature"],

@@ -10,6 +10,7 @@ import json
 import os
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .regimes import BACKGROUND_ROBUST, BASELINE, Regime
@@ -32,6 +33,7 @@ def load_histories(run_dir: str | os.PathLike, items: list[Regime] | None = None
 def plot_history(histories: dict[str, pd.DataFrame]) -> Any:
     """Training loss, validation accuracy and validation macro-F1 per epoch, one line per model."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
     panels = (("train_loss", "training loss (compact: with distillation)"),
@@ -49,8 +51,13 @@ def plot_history(histories: dict[str, pd.DataFrame]) -> Any:
                            s=120, facecolors="none", edgecolors=line.get_color(), zorder=3)
             ax.set_title(title)
             ax.set_xlabel("epoch")
-    axes[1].set_ylim(0, 1.02)
-    axes[2].set_ylim(0, 1.02)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in axes[1:]:  # the scores' own range: on a 0-1 axis epochs at 0.96-0.99 read as one flat line
+        values = np.concatenate([np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
+                                or [[]])
+        values = values[np.isfinite(values)]
+        low = float(values.min()) if len(values) else 0.0
+        ax.set_ylim(max(0.0, low - 0.15 * (1.0 - low) - 0.005), 1.0 + 0.05 * (1.0 - low) + 0.002)
     axes[2].legend(fontsize=7, loc="lower right")
     fig.suptitle("Training history (circle: the selected checkpoint)")
     fig.tight_layout()
@@ -100,8 +107,20 @@ def describe_models(record: dict[str, Any]) -> str:
         sha = m["pretrained"].get("sha256")
         lines.append(f"- **{kind}**: `{m['arch']}` with a {m['num_classes']}-way head, "
                      f"{m['params']:,} parameters, {m['image_size']}×{m['image_size']} inputs; "
-                     f"started from {start}{f' (SHA-256 `{sha}`)' if sha else ''}.{teacher}")
+                     f"started from {start}{f' (SHA-256 `{sha}`)' if sha else ''}.{teacher}"
+                     f"{describe_frozen(m)}")
     return "\n".join(lines)
+
+
+def describe_frozen(model: dict[str, Any]) -> str:
+    """What of a model stayed at its starting weights (empty when every layer trained)."""
+    groups = int((model.get("hyperparameters") or {}).get("frozen_groups") or 0)
+    trainable = model.get("trainable_params")
+    if not groups or trainable is None:
+        return ""
+    return (f" Its first {groups} layer groups (the stem and the first {groups - 1} stages, "
+            f"{model['params'] - trainable:,} parameters) kept their pretrained weights and batch-norm "
+            f"statistics; {trainable:,} parameters were trained.")
 
 
 def describe_starts(record: dict[str, Any]) -> str:

@@ -34,6 +34,8 @@ DEFAULTS: dict[str, Any] = {
     "label_smoothing": 0.0,
     "drop_path_rate": 0.0,
     "drop_rate": 0.0,
+    "frozen_groups": 0,         # timm coarse layer groups (stem first, then stages) kept at their pretrained
+                                # weights and batch-norm statistics (nets.models.freeze_leading_groups)
     "head_init_std": 0.01,      # re-initialise the K-way head (None = timm's initialisation)
     "grad_clip": None,          # max gradient norm, None = off
     "ema": {"enabled": True, "decay": 0.999, "warmup": True},  # timm ModelEmaV3
@@ -93,6 +95,12 @@ def resolve_config(section: dict[str, Any], kind: str, regime: str | None = None
         config["weights"] = PACKAGE_WEIGHTS
     else:
         config["weights"] = str(Path(weights).expanduser().resolve()) if weights else None
+    frozen = int(config["frozen_groups"])
+    if frozen < 0:
+        raise TrainingConfigError(f"training.{kind}.frozen_groups must be >= 0, got {frozen}")
+    if frozen and config["weights"] is None:
+        raise TrainingConfigError(f"training.{kind}.frozen_groups: {frozen} layer groups would stay at their "
+                                  "random initialisation (no weights given); set it to 0")
     if not config["arch"]:
         raise TrainingConfigError(f"training.{kind}.arch is not set (a timm architecture name)")
     if kind == "reference" and config["distill"].get("enabled"):

@@ -38,7 +38,7 @@ from ..core.config import progress_wanted
 from ..core.distributed import barrier, broadcast_buffers, gather
 from ..core.evidence import atomic_write_parquet
 from ..core.squares import EvalImages
-from ..nets.models import count_params, create_model, distillation_loss, weights_source
+from ..nets.models import count_params, create_model, distillation_loss, freeze_leading_groups, weights_source
 from ..nets.predict import val_scores
 from .augment import AugmentParams
 from .data import EpochBatches, TrainImages, _mix, balanced_weights
@@ -81,6 +81,7 @@ class Trainer:
         np.random.seed(seed % 2**32)
         random.seed(seed)
 
+        self.frozen: list[str] = []
         self.model = self._new_model(self.cfg["arch"], self.cfg.get("weights"),
                                      self.cfg.get("pretrained_tag"), train=True)
         self.teacher = self._load_teacher() if job.teacher_path is not None else None
@@ -135,6 +136,8 @@ class Trainer:
                              drop_path_rate=float(self.cfg.get("drop_path_rate", 0.0)) if train else 0.0,
                              drop_rate=float(self.cfg.get("drop_rate", 0.0)) if train else 0.0,
                              head_init_std=self.cfg.get("head_init_std"))
+        if train:
+            self.frozen = freeze_leading_groups(model, int(self.cfg.get("frozen_groups") or 0))
         return model.to(self.device, memory_format=self.memory_format)
 
     def _load_teacher(self) -> nn.Module:
@@ -384,6 +387,8 @@ class Trainer:
     def summary(self) -> dict[str, Any]:
         p = self.progress
         return {"kind": self.job.kind, "arch": self.cfg["arch"], "params": count_params(self.model),
+                "trainable_params": sum(q.numel() for q in self.model.parameters() if q.requires_grad),
+                "frozen_modules": len(self.frozen),
                 "steps_per_epoch": self.steps_per_epoch, "device": str(self.device), "amp": self.amp,
                 "world_size": self.env.world_size, "config": self.config_record,
                 "config_fingerprint": self.config_fingerprint, **p,

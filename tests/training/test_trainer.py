@@ -47,3 +47,24 @@ def test_with_an_ema_the_raw_weights_are_scored_when_raw_eval_says(tmp_path, raw
     assert best["weights"] in ("raw", "ema")
     if last["best"]:
         assert best["weights"] == last["selected"]
+
+
+def test_frozen_groups_leave_the_leading_layers_as_they_started(tmp_path, monkeypatch):
+    from cropcop_utils.nets.models import create_model
+
+    torch.set_num_threads(1)
+    ctx = build_run(tmp_path, "frozen")
+    resolve = train.resolve_config  # test_resnet starts at random: the settings would refuse to freeze it
+
+    def frozen(section, kind, regime=None):
+        return {**resolve(section, kind, regime), "frozen_groups": 2}
+
+    monkeypatch.setattr(train, "resolve_config", frozen)
+    summary = train.train_model(ctx, "reference", progress=False)
+    assert 0 < summary["trainable_params"] < summary["params"] and summary["frozen_modules"] > 0
+    torch.manual_seed(0)  # the trainer's seed before it builds the model
+    start = create_model("test_resnet", 3, drop_path_rate=0.1, head_init_std=0.01).state_dict()
+    trained = ckpt.load(ctx.run_dir / "training/reference/best.pt")["model"]
+    leading = [k for k in start if k.startswith(("conv1", "bn1", "layer1."))]
+    assert leading and all(torch.equal(start[k], trained[k]) for k in leading)
+    assert not all(torch.equal(start[k], trained[k]) for k in start if k.startswith("layer2."))
