@@ -26,7 +26,6 @@ LEFT_OUT = "corpus/field_train_left_out.parquet"
 NOT_SAMPLED = "corpus/field_train_not_sampled.parquet"
 ROW_COLUMNS = ["row_id", "rel_path", "class_name", "label", "source_label", "sha256", "width", "height"]
 SAMPLE_KEY = "corpus.sample_fraction"
-OWN_SAMPLE_KEY = "corpus.field_train_sample_fraction"
 
 
 def lab_class_names(class_map: dict[str, Any]) -> list[str]:
@@ -73,7 +72,7 @@ def run_field_train(ctx: Any, ch: Chapter, class_map: dict[str, Any], workers: i
     if ctx.field_train_root is None:
         return None
     settings = ctx.section("corpus")
-    key = OWN_SAMPLE_KEY if OWN_SAMPLE_KEY.split(".")[1] in settings else SAMPLE_KEY
+    name = "field_train_sample_fraction" if "field_train_sample_fraction" in settings else "sample_fraction"
     scan = scan_field_train(ctx.field_train_root, class_map, settings.get("max_image_pixels"), workers,
-                            progress, settings.get(key.split(".")[1]), key)
+                            progress, settings.get(name), f"corpus.{name}")
     return write_field_train(ch, scan, class_map)

@@ -81,9 +81,9 @@ class Trainer:
         np.random.seed(seed % 2**32)
         random.seed(seed)
 
-        self.frozen: list[str] = []
         self.model = self._new_model(self.cfg["arch"], self.cfg.get("weights"),
                                      self.cfg.get("pretrained_tag"), train=True)
+        self.frozen = freeze_leading_groups(self.model, int(self.cfg.get("frozen_groups") or 0))
         self.teacher = self._load_teacher() if job.teacher_path is not None else None
         self.config_record = job.fingerprinted_config(self.device.type, self.amp)
         from ..core.evidence import sha256_json
@@ -136,8 +136,6 @@ class Trainer:
                              drop_path_rate=float(self.cfg.get("drop_path_rate", 0.0)) if train else 0.0,
                              drop_rate=float(self.cfg.get("drop_rate", 0.0)) if train else 0.0,
                              head_init_std=self.cfg.get("head_init_std"))
-        if train:
-            self.frozen = freeze_leading_groups(model, int(self.cfg.get("frozen_groups") or 0))
         return model.to(self.device, memory_format=self.memory_format)
 
     def _load_teacher(self) -> nn.Module:
