@@ -49,6 +49,9 @@ class Candidate:
     per_channel: bool         # weights: one scale per output channel (True) or per tensor
     calibration_rows: int
     order: int                # position in the profile: the last tie-break
+    # modules (attribute paths, e.g. ``conv_stem``) the quantizer leaves float32; the default profile
+    # says what keeping the stem, which reads the raw pixels, float bought on validation
+    float_modules: tuple[str, ...] = ()
 
     @property
     def static(self) -> bool:
@@ -83,8 +86,22 @@ def parse_candidates(section: dict[str, Any]) -> list[Candidate]:
                                  f"got calibration_rows = {rows}")
         if activations == "static" and rows < 1:
             raise PTQConfigError(f"ptq candidate {name!r}: static activations need calibration_rows >= 1")
-        candidates.append(Candidate(name, activations, bool(entry.get("per_channel", True)), rows, order))
+        candidates.append(Candidate(name, activations, bool(entry.get("per_channel", True)), rows, order,
+                                    _float_modules(name, entry.get("float_modules"))))
     return candidates
+
+
+def _float_modules(name: str, declared: Any) -> tuple[str, ...]:
+    if declared is None:
+        return ()
+    if isinstance(declared, str) or not all(isinstance(m, str) for m in declared):
+        raise PTQConfigError(f"ptq candidate {name!r}: float_modules must be a list of module paths "
+                             f"(e.g. [conv_stem, bn1]), got {declared!r}")
+    bad = [m for m in declared if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*", m)]
+    if bad or len(set(declared)) != len(declared):
+        raise PTQConfigError(f"ptq candidate {name!r}: float_modules {declared!r} must name distinct module "
+                             "paths such as conv_stem or blocks.0")
+    return tuple(declared)
 
 
 @dataclass(frozen=True)

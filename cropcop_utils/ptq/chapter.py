@@ -188,7 +188,8 @@ def evaluate_candidate(ch: Chapter, exported: Any, candidate: Candidate, batches
     ch.write_parquet(at(f"ptq/predictions_val_{candidate.name}.parquet"), record)
     scores = predict.score(record)
     result = {"candidate": candidate.name, "order": candidate.order, "activations": candidate.activations,
-              "per_channel": candidate.per_channel, "declared_rows": candidate.calibration_rows,
+              "per_channel": candidate.per_channel, "float_modules": " ".join(candidate.float_modules),
+              "declared_rows": candidate.calibration_rows,
               "calibration_rows": n_rows, "accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"],
               "agreement": agreement(record["pred"], float_val["pred"]), "serialised_bytes": len(blob),
               "model_state": model_state, **summarise_ops(ops)}

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from ..core.config import progress_wanted
-from .candidates import Candidate
+from .candidates import Candidate, PTQConfigError
 
 
 class CalibrationLeak(RuntimeError):
@@ -78,7 +78,27 @@ def quantizer_for(candidate: Candidate) -> Any:
 
     config = get_symmetric_quantization_config(is_per_channel=candidate.per_channel,
                                                is_dynamic=candidate.activations == "dynamic")
-    return XNNPACKQuantizer().set_global(config)
+    quantizer = XNNPACKQuantizer().set_global(config)
+    if candidate.float_modules:
+        # XNNPACKQuantizer refuses set_module_name(name, None): its filter function keeps a module float
+        quantizer.set_filter_function(lambda node: not in_modules(node, candidate.float_modules))
+    return quantizer
+
+
+def in_modules(node: torch.fx.Node, paths: tuple[str, ...]) -> bool:
+    """Whether an exported node was traced inside one of the modules ``paths`` (or their submodules)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return any(name == path or name.startswith(path + ".")
+               for name, _ in stack.values() for path in paths)
+
+
+def check_float_modules(graph: torch.fx.GraphModule, candidate: Candidate) -> None:
+    """A float module that names nothing in the model would silently quantise everything: refuse it."""
+    missing = [path for path in candidate.float_modules
+               if not any(in_modules(node, (path,)) for node in graph.graph.nodes)]
+    if missing:
+        raise PTQConfigError(f"ptq candidate {candidate.name!r}: float_modules {missing} name no module of "
+                             "the exported model; use the model's attribute paths (e.g. conv_stem, bn1)")
 
 
 def quantise(exported: Any, candidate: Candidate, calibration: Iterable[torch.Tensor],
@@ -93,7 +113,9 @@ def quantise(exported: Any, candidate: Candidate, calibration: Iterable[torch.Te
     """
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    prepared = prepare_pt2e(copy.deepcopy(exported.module()), quantizer_for(candidate))
+    graph = copy.deepcopy(exported.module())
+    check_float_modules(graph, candidate)
+    prepared = prepare_pt2e(graph, quantizer_for(candidate))
     seen = 0
     with torch.no_grad():
         if candidate.static:

@@ -34,6 +34,12 @@ def run(tmp_path_factory: pytest.TempPathFactory):
     return build_run(tmp_path_factory.mktemp("explorer_lifecycle"))
 
 
+def _as_a_terminal_job() -> None:
+    # An interactive shell starts a foreground job with Ctrl-C's default action; a suite launched in the
+    # background (`make test &`) ignores SIGINT, and every child would inherit that and never stop
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def fetch_page(url: str) -> str:
     """GET the app's page (this is what starts a kernel); its status must be 200."""
     host, port = url.split("//", 1)[1].strip("/").split(":")
@@ -130,7 +136,7 @@ def test_make_explore_serves_the_page_and_stops_everything(run, tmp_path: Path, 
     command = ["make", "--no-print-directory", "-o", ".venv/.installed", "explore",
                f"RUN_DIR={run.run_dir}", f"PORT={port}"]
     make = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=_as_a_terminal_job,
                             start_new_session=True)  # its own group, as a terminal's foreground job
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(make.stdout), daemon=True)

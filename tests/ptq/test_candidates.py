@@ -14,6 +14,11 @@ def test_parse_candidates_validates_the_declaration():
     good = quant.parse_candidates(OVERRIDES["ptq"])
     assert [c.name for c in good] == ["dynamic_pc", "static_pc_full", "static_pc_half"]
     assert [c.order for c in good] == [0, 1, 2]
+    assert all(c.float_modules == () for c in good)
+    stem = quant.parse_candidates({"candidates": [{"name": "s", "activations": "static",
+                                                   "calibration_rows": 1,
+                                                   "float_modules": ["conv_stem", "blocks.0"]}]})[0]
+    assert stem.float_modules == ("conv_stem", "blocks.0")
     bad = [
         {},
         {"candidates": [{"name": "a", "activations": "dynamic", "calibration_rows": 10}]},
@@ -21,6 +26,12 @@ def test_parse_candidates_validates_the_declaration():
         {"candidates": [{"name": "a", "activations": "weird"}]},
         {"candidates": [{"name": "Bad Name", "activations": "dynamic"}]},
         {"candidates": [{"name": "a", "activations": "dynamic"}, {"name": "a", "activations": "dynamic"}]},
+        {"candidates": [{"name": "a", "activations": "static", "calibration_rows": 1,
+                         "float_modules": "stem"}]},
+        {"candidates": [{"name": "a", "activations": "static", "calibration_rows": 1,
+                         "float_modules": ["conv_stem", "conv_stem"]}]},
+        {"candidates": [{"name": "a", "activations": "static", "calibration_rows": 1,
+                         "float_modules": ["conv stem"]}]},
     ]
     for section in bad:
         with pytest.raises(quant.PTQConfigError):
@@ -39,6 +50,9 @@ def test_effective_rows_cap_at_the_train_size_and_fingerprint_ignores_the_corpus
     assert small["effective_calibration_rows"]["static_pc_full"] == 30
     other_gate = quant.declaration(candidates, quant.Gate(0.02, 0.98), 30, 0, 16)
     assert other_gate["fingerprint"] != small["fingerprint"]
+    # a module kept float is part of the recipe: declaring it changes the fingerprint
+    floated = [*candidates[:2], quant.Candidate(**{**vars(candidates[2]), "float_modules": ("bn1",)})]
+    assert quant.declaration(floated, gate, 30, 0, 16)["fingerprint"] != small["fingerprint"]
 
 
 def test_gate_boundaries_pass_and_fail():

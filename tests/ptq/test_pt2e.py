@@ -86,6 +86,30 @@ def test_dynamic_and_static_candidates_quantise_what_the_tables_say(tiny_model):
     assert program(x[:1]).shape == (1, 5)
 
 
+def test_float_modules_stay_float32_and_a_misnamed_one_is_refused(tiny_model):
+    example = torch.zeros(2, 3, SIZE, SIZE)
+    batches = [torch.randn(4, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))]
+    whole, stem_float = quant.parse_candidates({"candidates": [
+        {"name": "w", "activations": "static", "calibration_rows": 4},
+        {"name": "f", "activations": "static", "calibration_rows": 4,
+         "float_modules": ["conv_stem", "bn1"]}]})
+    exported = quant.export_dynamic(tiny_model, example, max_batch=8)
+    ops_w = quant.quantised_ops(quant.quantise(exported, whole, batches, example)[0])
+    graph_f, _ = quant.quantise(exported, stem_float, batches, example)
+    ops_f = quant.quantised_ops(graph_f)
+    stem = tiny_model.conv_stem.weight.numel()
+    # exactly the stem's weights stay float; every other conv/linear keeps int8 weights
+    assert ops_w["int8_weight_params"].sum() - ops_f["int8_weight_params"].sum() == stem
+    assert ops_w["int8_weights"].sum() - 1 == ops_f["int8_weights"].sum()
+    program = int8_graph.load_program(quant.serialise(graph_f, example, max_batch=8)).module()
+    x = torch.randn(3, 3, SIZE, SIZE)
+    torch.testing.assert_close(program(x), graph_f(x))
+    misnamed = quant.parse_candidates({"candidates": [
+        {"name": "m", "activations": "static", "calibration_rows": 4, "float_modules": ["stem"]}]})[0]
+    with pytest.raises(quant.PTQConfigError, match="name no module"):
+        quant.quantise(exported, misnamed, batches, example)
+
+
 def test_export_refuses_a_batch_of_one(tiny_model):
     with pytest.raises(ValueError, match="at least 2"):
         quant.export_dynamic(tiny_model, torch.zeros(1, 3, SIZE, SIZE), 8)

@@ -383,7 +383,9 @@ def test_every_default_candidate_lowers_to_a_pte_that_runs_the_default_compact_m
     exported = quant.export_dynamic(model, example, max_batch)
     calibration = [torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))]
     # Candidates that differ only in their calibration rows lower to the same operators: one each.
-    configurations = {(c.activations, c.per_channel): c for c in quant.parse_candidates(profile["ptq"])}
+    configurations = {(c.activations, c.per_channel, c.float_modules): c
+                      for c in quant.parse_candidates(profile["ptq"])}
+    assert any(c.float_modules for c in configurations.values()), "the float-stem candidate lowers too"
     for candidate in configurations.values():
         graph, _ = quant.quantise(exported, candidate, calibration, example)
         data, _, _ = runtime.lower(load_program(quant.serialise(graph, example, max_batch)))
