@@ -81,21 +81,23 @@ def quantizer_for(candidate: Candidate) -> Any:
     quantizer = XNNPACKQuantizer().set_global(config)
     if candidate.float_modules:
         # XNNPACKQuantizer refuses set_module_name(name, None): its filter function keeps a module float
-        quantizer.set_filter_function(lambda node: not in_modules(node, candidate.float_modules))
+        inside = _module_filters(candidate.float_modules)
+        quantizer.set_filter_function(lambda node: not any(f(node) for f in inside))
     return quantizer
 
 
-def in_modules(node: torch.fx.Node, paths: tuple[str, ...]) -> bool:
-    """Whether an exported node was traced inside one of the modules ``paths`` (or their submodules)."""
-    stack = node.meta.get("nn_module_stack") or {}
-    return any(name == path or name.startswith(path + ".")
-               for name, _ in stack.values() for path in paths)
+def _module_filters(paths: tuple[str, ...]) -> list[Any]:
+    """torchao's test of whether a node was traced inside a module (or a submodule of it), per path."""
+    from torchao.quantization.pt2e.quantizer.utils import get_module_name_filter
+
+    return [get_module_name_filter(path) for path in paths]
 
 
 def check_float_modules(graph: torch.fx.GraphModule, candidate: Candidate) -> None:
     """A float module that names nothing in the model would silently quantise everything: refuse it."""
-    missing = [path for path in candidate.float_modules
-               if not any(in_modules(node, (path,)) for node in graph.graph.nodes)]
+    filters = _module_filters(candidate.float_modules)
+    missing = [path for path, inside in zip(candidate.float_modules, filters, strict=True)
+               if not any(inside(node) for node in graph.graph.nodes)]
     if missing:
         raise PTQConfigError(f"ptq candidate {candidate.name!r}: float_modules {missing} name no module of "
                              "the exported model; use the model's attribute paths (e.g. conv_stem, bn1)")
