@@ -154,6 +154,8 @@ def hard_core(scored: pd.DataFrame, class_names: list[str]) -> pd.DataFrame:
     counts = rows["label"].map(dict(enumerate(class_names))).value_counts()
     print(f"\nhard core: {len(rows)} of {field['row_id'].nunique()} field val photos wrong for all "
           f"{n_models} models: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    for rel in rows["rel_path"]:
+        print(f"  {rel}")  # the montage's order, left to right, row by row; the folder is the label
     return rows
 
 
@@ -166,7 +168,7 @@ def montage(rows: pd.DataFrame, root: Path, path: Path, side: int = 256) -> None
     for i, tile in enumerate(tiles):
         canvas.paste(tile, ((i % per_row) * side, (i // per_row) * side))
     canvas.save(path)
-    print(f"montage of the hard core (row order as above): {path}")
+    print(f"montage of the hard core (the order of the list above): {path}")
 
 
 def main() -> None:
