@@ -44,6 +44,7 @@ from cropcop_utils.core.config import reopen_run  # noqa: E402
 from cropcop_utils.core.evidence import Chapter, sha256_json  # noqa: E402
 from cropcop_utils.nets import models, predict  # noqa: E402
 from cropcop_utils.split import load_frozen  # noqa: E402
+from cropcop_utils.training import regimes  # noqa: E402
 
 COPIED = ("params.yaml", "registry.json", "chain.json", "corpus", "audit", "split", "probes", "training")
 SECTIONS = {"c": "compact", "r": "reference"}
@@ -89,19 +90,13 @@ def prepare(run_dir: Path, out: Path, variant: str) -> tuple[Path, list[str]]:
         elif source.exists():
             shutil.copy2(source, target / name)
     record = yaml.safe_load((target / "params.yaml").read_text())
-    regime = shipped_regime(record["params"])
+    regime = regimes.shipped(regimes.regimes(record["params"]["training"])).name
     retrain = apply_variant(record["params"], variant, regime)
     record["fingerprint"] = sha256_json(record["params"])
     (target / "params.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
     for name in retrain:
         shutil.rmtree(target / "training" / name, ignore_errors=True)
     return target, retrain
-
-
-def shipped_regime(params: dict) -> str:
-    regimes = params["training"].get("regime") or "baseline"
-    regimes = [regimes] if isinstance(regimes, str) else list(regimes)
-    return params["training"].get("shipped_regime") or regimes[-1]
 
 
 def train(run: Path, model: str) -> float:
@@ -121,6 +116,8 @@ def score(run: Path, model: str, label: str) -> pd.DataFrame:
     ctx = reopen_run(run)
     frozen = load_frozen(Chapter(ctx.run_dir, "training"))
     val = frozen.rows_for("val", field_train=True)
+    # not nets.states.load_float: it verifies the file against the run's registry, and a study's retrained
+    # checkpoints are deliberately left unregistered (no chapter of the copy ran)
     state = checkpoint.load(run / "training" / model / "best.pt")
     net = models.create_model(state["arch"], len(frozen.class_names))
     net.load_state_dict(state["model"])
