@@ -60,15 +60,22 @@ Score = Callable[[Outputs], np.ndarray]
 Sets = dict[str, tuple[str, Outputs]]
 
 
-def program_sets(run_dir: Path) -> tuple[Outputs, np.ndarray, Outputs, Outputs, Sets, float]:
+def program_sets(run_dir: Path, forward: object | None = None
+                 ) -> tuple[Outputs, np.ndarray, Outputs, Outputs, Sets, float]:
     """The shipped .pte's outputs: reference (training rows) with each row's source flag, validation, the
-    jigsaw fitting outliers, and every evaluated set (name → (kind, outputs)); and the temperature."""
+    jigsaw fitting outliers, and every evaluated set (name → (kind, outputs)); and the temperature.
+
+    ``forward``: another callable with the program's interface (``outputs(batch)`` → logits, features;
+    ``max_batch``; ``sha256``) scored instead of the .pte on the same rows — then the lab test is scored
+    through it too, where the .pte's test outputs come from chapter 7's record."""
     ctx = reopen_run(run_dir)
     ch = Chapter(ctx.run_dir, "abstention")
     params = abstention_params(ctx)
     frozen = load_frozen(ch)
     regime = regimes.shipped(regimes.of_run(ctx))
-    forward = load_states(ch, len(frozen.class_names), names=("pte",), regime=regime)["pte"].forward
+    pte = forward is None
+    if pte:
+        forward = load_states(ch, len(frozen.class_names), names=("pte",), regime=regime)["pte"].forward
     recipe = ch.read_json("abstention/abstention.json")["deployment"]["protection"]["recipe"]
     section, batch = ctx.section("image"), int(params["batch_size"])
 
@@ -85,9 +92,12 @@ def program_sets(run_dir: Path) -> tuple[Outputs, np.ndarray, Outputs, Outputs, 
     jigsaw = outputs.fitting_outputs(forward, val_rows, roots(val_rows), section, batch,
                                      int(params["jigsaw_tiles"]), int(params["seed"]))
     test_rows = frozen.rows_for("test").sort_values("row_id").reset_index(drop=True)
-    sets = {"lab_test": ("in_scope", outputs.test_outputs(
-        ch, ch.read_parquet(TEST_RECORDS["pte"]), test_rows, forward.sha256,
-        regime.path(outputs.FEATURES_TEST)))}
+    if pte:
+        test = outputs.test_outputs(ch, ch.read_parquet(TEST_RECORDS["pte"]), test_rows, forward.sha256,
+                                    regime.path(outputs.FEATURES_TEST))
+    else:
+        test, _ = outputs.score(forward, test_rows, roots(test_rows), section, batch, "lab test")
+    sets = {"lab_test": ("in_scope", test)}
     for cohort in ctx.field_cohorts:
         primary = cohort.name == ctx.field_cohorts[0].name
         entry = "field/cohort.parquet" if primary else cohort_path(cohort.name, "cohort.parquet")
@@ -131,7 +141,7 @@ def detectors(reference: Outputs, from_field: np.ndarray, temperature: float, kn
     out["gaussian_lw"] = lambda o: np.min(np.stack([g.mahalanobis(o.features) for g in gaussians], 1), 1)
     mean = z.mean(axis=0)
     for d in (16, 64, 256):
-        pca = PCA(min(d, len(z) - 1)).fit(z - mean)
+        pca = PCA(min(d, len(z) - 1), svd_solver="full").fit(z - mean)  # exact: a rerun prints the same
 
         def residual(o: Outputs, pca: PCA = pca) -> np.ndarray:
             centred = o.features - mean
@@ -141,23 +151,15 @@ def detectors(reference: Outputs, from_field: np.ndarray, temperature: float, kn
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--coverage", type=float, nargs="+", default=None,
-                        help="validation coverage of the outlier threshold (default: the run's)")
-    parser.add_argument("--risk", type=float, nargs="+", default=None,
-                        help="target risk of the confidence threshold (default: the run's)")
-    args = parser.parse_args()
-    ctx = reopen_run(args.run_dir)
-    params = abstention_params(ctx)
-    reference, from_field, val, jigsaw, sets, temperature = program_sets(args.run_dir)
-    scores = detectors(reference, from_field, temperature, int(params["knn_k"]))
+def study_table(scores: dict[str, Score], val: Outputs, jigsaw: Outputs, sets: Sets, temperature: float,
+                coverages: list[float], risks: list[float]) -> pd.DataFrame:
+    """Each detector thresholded by chapter 11's rule at every (coverage, risk): what it answers of each
+    in-scope set (and how often right), and rejects of each out-of-scope kind and of the jigsaw outliers."""
     msp = {name: confidence_scores(o.logits, temperature)["msp"] for name, (_, o) in sets.items()}
     val_msp = confidence_scores(val.logits, temperature)["msp"]
     rows = []
-    for coverage in args.coverage or [float(params["in_scope_coverage"])]:
-        for risk in args.risk or [float(params["target_risk"])]:
+    for coverage in coverages:
+        for risk in risks:
             for name, score in scores.items():
                 on_val = score(val)
                 threshold = float(np.quantile(on_val, coverage, method="higher"))
@@ -174,13 +176,41 @@ def main() -> None:
                     else:
                         row[f"{set_name} rejected"] = float(1.0 - answered.mean())
                 rows.append(row)
-    table = pd.DataFrame(rows)
+    return pd.DataFrame(rows)
+
+
+def print_table(table: pd.DataFrame, sets: Sets) -> None:
     with pd.option_context("display.width", 250, "display.max_columns", 40, "display.float_format",
                            "{:.3f}".format):
         for (coverage, risk), part in table.groupby(["coverage_fit", "risk_fit"], sort=False):
             print(f"\nvalidation coverage {coverage}, target risk {risk} (n: "
                   + ", ".join(f"{k} {len(o.labels)}" for k, (_, o) in sets.items()) + ")")
             print(part.drop(columns=["coverage_fit", "risk_fit"]).set_index("detector").T.to_string())
+
+
+def settings(description: str, **flags: str) -> tuple[argparse.Namespace, dict]:
+    """The study's arguments (run folder, coverages, risks, and ``flags``: name → help of further switches)
+    and the run's chapter 11 parameters."""
+    parser = argparse.ArgumentParser(description=description)
+    for name, text in flags.items():
+        parser.add_argument(f"--{name}", action="store_true", help=text)
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--coverage", type=float, nargs="+", default=None,
+                        help="validation coverage of the outlier threshold (default: the run's)")
+    parser.add_argument("--risk", type=float, nargs="+", default=None,
+                        help="target risk of the confidence threshold (default: the run's)")
+    args = parser.parse_args()
+    params = abstention_params(reopen_run(args.run_dir))
+    args.coverage = args.coverage or [float(params["in_scope_coverage"])]
+    args.risk = args.risk or [float(params["target_risk"])]
+    return args, params
+
+
+def main() -> None:
+    args, params = settings(__doc__.split("\n\n")[0])
+    reference, from_field, val, jigsaw, sets, temperature = program_sets(args.run_dir)
+    scores = detectors(reference, from_field, temperature, int(params["knn_k"]))
+    print_table(study_table(scores, val, jigsaw, sets, temperature, args.coverage, args.risk), sets)
 
 
 if __name__ == "__main__":

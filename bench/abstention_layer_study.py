@@ -1,0 +1,155 @@
+"""Abstention layer study: would the shipped model's *intermediate* features refuse what its pooled
+features cannot (issue 33: another crop's lab leaves sit among the apple classes in the final features)?
+
+    .venv/bin/python bench/abstention_layer_study.py RUN_DIR [--imagenet] [--coverage 0.95 0.97] [--risk 0.02]
+
+The shipped regime's compact model (its float checkpoint — the model the ``.pte`` was quantised from, not
+the program itself) is run over the same rows as ``abstention_detector_study.py``, and each stage of its
+backbone is summarised per channel by the mean (and, for ``…_std``, the standard deviation) over the
+image.  Per stage, pytorch-ood's class-conditional Mahalanobis is fitted on the training rows (Lee et
+al. 2018's feature ensemble), and the stages are combined:
+
+* ``sum_z[...]`` — each stage's score standardised on validation rows, summed (no outliers used);
+* ``max_z[...]`` — the largest standardised stage score;
+* ``lr[...]`` — a logistic regression of the stage scores, validation rows (in) against the jigsaw fitting
+  outliers (out): Lee et al.'s weighting, fitted on chapter 11's fitting kind only.
+
+With ``--imagenet`` the packaged ImageNet weights of the same architecture (frozen, never fine-tuned) add
+their pooled features (``imagenet``): do generic features keep apart what fine-tuning on one crop merged?
+
+Every detector is thresholded by chapter 11's rule (``study_table``).  ``final`` (the pooled features the
+classifier reads) is the float twin of the shipped Mahalanobis, a check on the rest.  A study, not a test:
+it reads the locked test through the float model, and changes nothing in the run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from abstention_detector_study import (  # noqa: E402
+    Score,
+    print_table,
+    program_sets,
+    settings,
+    study_table,
+)
+
+from cropcop_utils.abstention.protection import Outputs  # noqa: E402
+from cropcop_utils.core.config import reopen_run  # noqa: E402
+from cropcop_utils.core.evidence import Chapter  # noqa: E402
+from cropcop_utils.nets.states import STATE_FILES, load_float  # noqa: E402
+from cropcop_utils.split import load_frozen  # noqa: E402
+from cropcop_utils.training import regimes  # noqa: E402
+
+
+class LayerForward:
+    """The float model with the program's interface: ``outputs(batch)`` → (logits, every stage's channel
+    means and standard deviations over the image, then the pooled features — and the ImageNet model's
+    pooled features when given — side by side; ``slices`` names each part's columns)."""
+
+    max_batch = 32
+    n_outputs = 2
+
+    def __init__(self, model: torch.nn.Module, sha256: str, imagenet: torch.nn.Module | None = None) -> None:
+        self.model, self.sha256, self.imagenet = model, sha256, imagenet
+        self.stages = list(model.blocks)
+        self.slices: dict[str, slice] = {}
+
+    def outputs(self, batch: torch.Tensor) -> list[torch.Tensor]:
+        captured: list[torch.Tensor] = []
+        hooks = [stage.register_forward_hook(lambda _m, _i, out: captured.append(out))
+                 for stage in self.stages]
+        try:
+            with torch.no_grad():
+                features = self.model.forward_head(self.model.forward_features(batch), pre_logits=True)
+                logits = self.model.get_classifier()(features)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        parts, start = [], 0
+        for i, out in enumerate(captured):
+            for stat, value in (("mean", out.mean(dim=(2, 3))), ("std", out.std(dim=(2, 3)))):
+                self.slices[f"stage{i}_{stat}"] = slice(start, start + value.shape[1])
+                start += value.shape[1]
+                parts.append(value)
+        self.slices["final"] = slice(start, start + features.shape[1])
+        parts.append(features)
+        if self.imagenet is not None:
+            with torch.no_grad():
+                frozen = self.imagenet.forward_head(self.imagenet.forward_features(batch), pre_logits=True)
+            start += features.shape[1]
+            self.slices["imagenet"] = slice(start, start + frozen.shape[1])
+            parts.append(frozen)
+        return [logits, torch.cat(parts, dim=1)]
+
+    def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+        return self.outputs(batch)[0]
+
+
+def layer_scores(reference: Outputs, val: Outputs, jigsaw: Outputs, slices: dict[str, slice]
+                 ) -> dict[str, Score]:
+    """name → outlier score: one Mahalanobis per part of the features, then the parts combined."""
+    from pytorch_ood.detector import Mahalanobis
+    from sklearn.linear_model import LogisticRegression
+
+    y = torch.tensor(reference.labels, dtype=torch.long)
+
+    def fit(part: slice) -> Callable[[Outputs], np.ndarray]:
+        detector = Mahalanobis(None).fit_features(torch.tensor(reference.features[:, part]), y)
+        return lambda o: detector.predict_features(torch.tensor(o.features[:, part])).double().numpy()
+
+    single = {name: fit(part) for name, part in slices.items()}
+    on_val = {name: score(val) for name, score in single.items()}
+    z = {name: (lambda o, n=name: (single[n](o) - on_val[n].mean()) / max(on_val[n].std(), 1e-12))
+         for name in single}
+    out: dict[str, Score] = dict(single)
+    groups = {
+        "means+final": [n for n in slices if n.endswith("_mean")] + ["final"],
+        "all": [n for n in slices if n != "imagenet"],
+        "late(3+)+final": [n for n in slices if n.startswith("stage") and int(n[5]) >= 3] + ["final"],
+        "early(<=3)+final": [n for n in slices if n.startswith("stage") and int(n[5]) <= 3] + ["final"],
+        **({"final+imagenet": ["final", "imagenet"]} if "imagenet" in slices else {}),
+    }
+    for label, names in groups.items():
+        out[f"sum_z[{label}]"] = lambda o, names=names: np.sum([z[n](o) for n in names], axis=0)
+        out[f"max_z[{label}]"] = lambda o, names=names: np.max([z[n](o) for n in names], axis=0)
+        x_in = np.stack([z[n](val) for n in names], 1)
+        x_out = np.stack([z[n](jigsaw) for n in names], 1)
+        lr = LogisticRegression(max_iter=2000).fit(np.concatenate([x_in, x_out]),
+                                                   np.r_[np.zeros(len(x_in)), np.ones(len(x_out))])
+        out[f"lr[{label}]"] = lambda o, names=names, lr=lr: lr.decision_function(
+            np.stack([z[n](o) for n in names], 1))
+    return out
+
+
+def main() -> None:
+    args, params = settings(__doc__.split("\n\n")[0], imagenet=(
+        "also the packaged ImageNet weights' pooled features of the same architecture (frozen, never "
+        "fine-tuned), alone and beside the shipped model's"))
+    ctx = reopen_run(args.run_dir)
+    ch = Chapter(ctx.run_dir, "abstention")
+    regime = regimes.shipped(regimes.of_run(ctx))
+    path = regime.path(STATE_FILES["compact"])
+    model, state = load_float(ch, path, len(load_frozen(ch).class_names))
+    imagenet = None
+    if args.imagenet:
+        from cropcop_utils.nets.models import create_model
+
+        imagenet = create_model(state["arch"], len(load_frozen(ch).class_names), weights="package").eval()
+    forward = LayerForward(model, ch.inputs[path], imagenet)
+    torch.set_num_threads(2)
+    reference, _, val, jigsaw, sets, temperature = program_sets(args.run_dir, forward)
+    scores = layer_scores(reference, val, jigsaw, forward.slices)
+    print_table(study_table(scores, val, jigsaw, sets, temperature, args.coverage, args.risk), sets)
+
+
+if __name__ == "__main__":
+    main()
