@@ -157,18 +157,21 @@ def study_table(scores: dict[str, Score], val: Outputs, jigsaw: Outputs, sets: S
     in-scope set (and how often right), and rejects of each out-of-scope kind and of the jigsaw outliers."""
     msp = {name: confidence_scores(o.logits, temperature)["msp"] for name, (_, o) in sets.items()}
     val_msp = confidence_scores(val.logits, temperature)["msp"]
+    # each detector scores each set once; only the thresholds change with (coverage, risk)
+    scored = {name: {"val": score(val), "jigsaw": score(jigsaw),
+                     **{set_name: score(o) for set_name, (_, o) in sets.items()}}
+              for name, score in scores.items()}
     rows = []
     for coverage in coverages:
         for risk in risks:
-            for name, score in scores.items():
-                on_val = score(val)
-                threshold = float(np.quantile(on_val, coverage, method="higher"))
-                kept = on_val <= threshold
+            for name, on in scored.items():
+                threshold = float(np.quantile(on["val"], coverage, method="higher"))
+                kept = on["val"] <= threshold
                 confidence = choose_threshold(val_msp[kept], val.correct[kept], risk)["threshold"]
                 row = {"coverage_fit": coverage, "risk_fit": risk, "detector": name,
-                       "jigsaw_rejected": float((score(jigsaw) > threshold).mean())}
+                       "jigsaw_rejected": float((on["jigsaw"] > threshold).mean())}
                 for set_name, (kind, o) in sets.items():
-                    answered = (score(o) <= threshold) & (msp[set_name] >= confidence)
+                    answered = (on[set_name] <= threshold) & (msp[set_name] >= confidence)
                     if kind == "in_scope":
                         row[f"{set_name} answered"] = float(answered.mean())
                         right = o.correct[answered]

@@ -102,11 +102,20 @@ def layer_scores(reference: Outputs, val: Outputs, jigsaw: Outputs, slices: dict
 
     y = torch.tensor(reference.labels, dtype=torch.long)
 
-    def fit(part: slice) -> Callable[[Outputs], np.ndarray]:
-        detector = Mahalanobis(None).fit_features(torch.tensor(reference.features[:, part]), y)
-        return lambda o: detector.predict_features(torch.tensor(o.features[:, part])).double().numpy()
+    seen: dict[tuple[int, str], tuple[Outputs, np.ndarray]] = {}  # the combinations reuse each part's score
 
-    single = {name: fit(part) for name, part in slices.items()}
+    def fit(name: str, part: slice) -> Callable[[Outputs], np.ndarray]:
+        detector = Mahalanobis(None).fit_features(torch.tensor(reference.features[:, part]), y)
+
+        def score(o: Outputs) -> np.ndarray:
+            if (id(o), name) not in seen:  # the set is kept with its score, so its id stays its own
+                seen[id(o), name] = o, detector.predict_features(
+                    torch.tensor(o.features[:, part])).double().numpy()
+            return seen[id(o), name][1]
+
+        return score
+
+    single = {name: fit(name, part) for name, part in slices.items()}
     on_val = {name: score(val) for name, score in single.items()}
     z = {name: (lambda o, n=name: (single[n](o) - on_val[n].mean()) / max(on_val[n].std(), 1e-12))
          for name in single}
@@ -138,12 +147,13 @@ def main() -> None:
     ch = Chapter(ctx.run_dir, "abstention")
     regime = regimes.shipped(regimes.of_run(ctx))
     path = regime.path(STATE_FILES["compact"])
-    model, state = load_float(ch, path, len(load_frozen(ch).class_names))
+    n_classes = len(load_frozen(ch).class_names)
+    model, state = load_float(ch, path, n_classes)
     imagenet = None
     if args.imagenet:
         from cropcop_utils.nets.models import create_model
 
-        imagenet = create_model(state["arch"], len(load_frozen(ch).class_names), weights="package").eval()
+        imagenet = create_model(state["arch"], n_classes, weights="package").eval()
     forward = LayerForward(model, ch.inputs[path], imagenet)
     torch.set_num_threads(2)
     reference, _, val, jigsaw, sets, temperature = program_sets(args.run_dir, forward)
