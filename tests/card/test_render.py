@@ -503,10 +503,10 @@ def test_card_snippet_runs_the_smoke_pte(smoke_book):
 
 
 @pytest.mark.slow
-def test_the_real_data_smoke_books_card_passes_the_strict_check(tomato_smoke_book):
-    """The card of the real tomato smoke book (chapters 10 and 11 on a real corpus sample): every number on it
-    maps to a JSON path of that run."""
-    run_dir = Path(tomato_smoke_book["run_dir"])
+def test_the_real_data_smoke_books_card_passes_the_strict_check(apple_field_smoke_book):
+    """The card of the real apple field book (chapters 10 and 11 on real lab and orchard photos): every number
+    on it maps to a JSON path of that run."""
+    run_dir = Path(apple_field_smoke_book["run_dir"])
     assert read_registry(run_dir)[card.CARD]["chapter"] == "abstention"  # as chapter 11 re-rendered it
     assert card.audit_card(run_dir) == []
 
