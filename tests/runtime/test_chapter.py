@@ -2,7 +2,8 @@
 
 The end-to-end tests run chapter 7 on the tiny run folder of ``ptq_fixtures`` (chapter 6 executed on a
 briefly trained ``test_efficientnet`` at 32 px): lower the selected graph, write the .pte, load it back
-from disk after checking its SHA-256, execute it on the locked test rows, time it against the eager model.
+from disk after checking its SHA-256, execute it on the locked test rows. The smoke book's chapter 7 times
+it against the eager model.
 """
 
 from __future__ import annotations
@@ -67,8 +68,11 @@ def test_params_refuse_unknown_options(tmp_path):
 # --------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
 def runtime_run(ptq_run):  # noqa: F811
+    """Chapter 7 on the tiny run, untimed: the latency subprocesses (three fresh interpreters, ~20 s of a
+    2-core suite) are tested where the smoke book runs them
+    (``test_latency_is_measured_in_fresh_processes``)."""
     run, ptq_record, _ = ptq_run
-    return run, ptq_record, runtime.run_chapter(run.ctx)
+    return run, ptq_record, runtime.run_chapter(run.ctx, measure_latency=False)
 
 
 @pytest.mark.slow
@@ -106,7 +110,19 @@ def test_chapter_lowers_executes_from_disk_and_audits(runtime_run):
     assert len(audit) == len(changed) == record["test"]["disagreements"]
     assert set(audit["row_id"]) == set(changed["row_id"])
     assert record["test"]["agreement_with_int8_graph"] == pytest.approx(1 - len(changed) / 12)
-    # Latency and memory: both models measured in their own subprocess.
+    # untimed when asked: no latency file, no ratio
+    assert record["latency"] is None and record["latency_ratios"] == {}
+    assert not (run_dir / "runtime/latency.parquet").exists() and "latency" not in record["figures"]
+
+
+@pytest.mark.slow
+def test_latency_is_measured_in_fresh_processes(smoke_book):
+    """The smoke book's shipped program, its device program and the eager float model, each timed in its
+    own subprocess."""
+    from pathlib import Path
+
+    run_dir = Path(smoke_book["run_dir"])
+    record = json.loads((run_dir / "runtime/runtime.json").read_text())
     latency = pd.read_parquet(run_dir / "runtime/latency.parquet").set_index("kind")
     assert set(latency.index) == {"pte", "device_pte", "eager"}
     assert (latency["p50_ms"] > 0).all() and (latency["p95_ms"] >= latency["p50_ms"]).all()
@@ -116,6 +132,7 @@ def test_chapter_lowers_executes_from_disk_and_audits(runtime_run):
     assert record["latency_ratios"]["device_memory_ratio"] == pytest.approx(
         latency.loc["device_pte", "peak_above_baseline_mib"]
         / latency.loc["eager", "peak_above_baseline_mib"])
+    assert record["figures"]["latency_p50_ratio"] == record["latency_ratios"]["p50_ratio"]
 
 
 @pytest.mark.slow
