@@ -15,6 +15,14 @@ lowest whose kept validation rows keep the ``risk``.  Beside chapter 11's five c
 * ``pca_residual`` — the feature's norm outside the training features' top principal directions
   (scikit-learn PCA; ViM's residual without its logit term), at 16, 64 and 256 directions.
 
+With ``--head``, detectors that also read the classifier's weights (pytorch-ood), taken from the shipped
+regime's float checkpoint (the ``.pte`` was quantised from it; the study prints how far ``features @ W.T + b``
+lies from the program's own logits): ``vim_64`` (ViM: the residual outside 64 principal directions, scaled
+against the energy, Wang et al. 2022), ``nnguide`` (k-NN similarity in the training bank weighted by
+confidence, Park et al. 2023), ``fdbd`` (distance to the decision boundaries over distance to the mean,
+Liu & Qin 2024), ``nci`` (alignment with the predicted class's weight vector, Liu et al. 2025), and ``gen``
+(generalised entropy of the softmax, logits only, Liu et al. 2023).
+
 Printed per detector and setting: coverage and accuracy on the answered rows of the lab test and of each
 field cohort, the share rejected of each out-of-scope kind, and of the jigsaw fitting outliers (the kind
 chapter 11 chooses its candidate on).  It reads what chapter 11 reads — the locked test only through
@@ -50,7 +58,7 @@ from cropcop_utils.core.config import reopen_run  # noqa: E402
 from cropcop_utils.core.evidence import Chapter  # noqa: E402
 from cropcop_utils.core.sources import FIELD_TRAIN  # noqa: E402
 from cropcop_utils.field.cohorts import cohort_path  # noqa: E402
-from cropcop_utils.nets.states import load_states  # noqa: E402
+from cropcop_utils.nets.states import STATE_FILES, load_float, load_states  # noqa: E402
 from cropcop_utils.split import load_frozen  # noqa: E402
 from cropcop_utils.training import regimes  # noqa: E402
 
@@ -151,6 +159,47 @@ def detectors(reference: Outputs, from_field: np.ndarray, temperature: float, kn
     return out
 
 
+def head_detectors(reference: Outputs, head: torch.nn.Linear, knn_k: int) -> dict[str, Score]:
+    """name → outlier score of the detectors that read the classifier head (``--head``)."""
+    from pytorch_ood.detector import GEN, NCI, NNGuide, ViM, fDBD
+
+    z = torch.as_tensor(reference.features, dtype=torch.float32)
+    y = torch.as_tensor(reference.labels, dtype=torch.long)
+    fitted = {
+        "vim_64": ViM(None, d=min(64, z.shape[1] - 1), w=head.weight.detach(), b=head.bias.detach()),
+        "nnguide": NNGuide(None, head, k=max(1, int(knn_k))),
+        "fdbd": fDBD(None, head),
+        "nci": NCI(None, head),
+    }
+    for detector in fitted.values():
+        detector.fit_features(z, y)
+
+    def score(detector: object) -> Score:
+        return lambda o: detector.predict_features(
+            torch.as_tensor(o.features, dtype=torch.float32)).detach().double().numpy()
+
+    out: dict[str, Score] = {name: score(d) for name, d in fitted.items()}
+    out["gen"] = lambda o: GEN.score(torch.as_tensor(o.logits, dtype=torch.float32)).double().numpy()
+    return out
+
+
+def shipped_head(run_dir: Path, reference: Outputs) -> torch.nn.Linear:
+    """The classifier of the shipped regime's float compact checkpoint; prints how far it reproduces the
+    program's logits from the program's features on the training rows."""
+    ctx = reopen_run(run_dir)
+    ch = Chapter(ctx.run_dir, "abstention")
+    regime = regimes.shipped(regimes.of_run(ctx))
+    model, _ = load_float(ch, regime.path(STATE_FILES["compact"]), len(load_frozen(ch).class_names))
+    head = model.get_classifier()
+    with torch.no_grad():
+        logits = head(torch.as_tensor(reference.features, dtype=torch.float32)).numpy()
+    gap = np.abs(logits - reference.logits)
+    agree = float((logits.argmax(1) == reference.logits.argmax(1)).mean())
+    print(f"float head on the program's features: |logit difference| median {np.median(gap):.3f}, "
+          f"max {gap.max():.3f}; top-1 agreement with the program {agree:.3f}")
+    return head
+
+
 def study_table(scores: dict[str, Score], val: Outputs, jigsaw: Outputs, sets: Sets, temperature: float,
                 coverages: list[float], risks: list[float]) -> pd.DataFrame:
     """Each detector thresholded by chapter 11's rule at every (coverage, risk): what it answers of each
@@ -210,9 +259,12 @@ def settings(description: str, **flags: str) -> tuple[argparse.Namespace, dict]:
 
 
 def main() -> None:
-    args, params = settings(__doc__.split("\n\n")[0])
+    args, params = settings(__doc__.split("\n\n")[0], head=(
+        "also the detectors that read the classifier head (ViM, NNGuide, fDBD, NCI) and GEN"))
     reference, from_field, val, jigsaw, sets, temperature = program_sets(args.run_dir)
     scores = detectors(reference, from_field, temperature, int(params["knn_k"]))
+    if args.head:
+        scores |= head_detectors(reference, shipped_head(args.run_dir, reference), int(params["knn_k"]))
     print_table(study_table(scores, val, jigsaw, sets, temperature, args.coverage, args.risk), sets)
 
 
