@@ -505,7 +505,7 @@ def test_card_snippet_runs_the_smoke_pte(smoke_book):
 @pytest.mark.slow
 def test_the_real_data_smoke_books_card_passes_the_strict_check(apple_field_smoke_book):
     """The card of the real apple field book (chapters 10 and 11 on real lab and orchard photos): every number
-    on it maps to a JSON path of that run."""
+    on it, the field block included, maps to a JSON path of that run."""
     run_dir = Path(apple_field_smoke_book["run_dir"])
     assert read_registry(run_dir)[card.CARD]["chapter"] == "abstention"  # as chapter 11 re-rendered it
     assert card.audit_card(run_dir) == []
