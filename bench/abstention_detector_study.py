@@ -240,10 +240,13 @@ def print_table(table: pd.DataFrame, sets: Sets) -> None:
             print(part.drop(columns=["coverage_fit", "risk_fit"]).set_index("detector").T.to_string())
 
 
-def settings(description: str, **flags: str) -> tuple[argparse.Namespace, dict]:
-    """The study's arguments (run folder, coverages, risks, and ``flags``: name → help of further switches)
-    and the run's chapter 11 parameters."""
+def settings(description: str, extra: Callable[[argparse.ArgumentParser], object] | None = None,
+             **flags: str) -> tuple[argparse.Namespace, dict]:
+    """The study's arguments (run folder, coverages, risks, ``flags``: name → help of further switches, and
+    whatever ``extra`` adds to the parser) and the run's chapter 11 parameters."""
     parser = argparse.ArgumentParser(description=description)
+    if extra is not None:
+        extra(parser)
     for name, text in flags.items():
         parser.add_argument(f"--{name}", action="store_true", help=text)
     parser.add_argument("run_dir", type=Path)

@@ -210,11 +210,12 @@ def verify_registry(run_dir: str | os.PathLike) -> pd.DataFrame:
 
 
 def native_output_note(record: dict[str, Any]) -> str:
-    """The one line a chapter shows in place of captured native output: where it is and how long."""
+    """The one line a chapter shows in place of captured native output: where it is and how long.  An
+    empty log (still registered) gets no sentence: "0 lines ... not shown here" tells a reader nothing."""
     return " ".join(f"Native library output ({entry['lines']:,} line{'' if entry['lines'] == 1 else 's'} of "
                     "C/C++ and library logging) is in "
                     f"`{path}` in the run folder, registered with its SHA-256; it is not shown here."
-                    for path, entry in record.get("native_output", {}).items())
+                    for path, entry in record.get("native_output", {}).items() if entry["lines"])
 
 
 # --------------------------------------------------------------------------- chapter record

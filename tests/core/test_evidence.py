@@ -151,5 +151,9 @@ def test_native_output_goes_to_a_registered_log(tmp_path):
     assert "(5 lines" in evidence.native_output_note(record) and "`runtime/native.log`" in \
         evidence.native_output_note(record)
     assert evidence.native_output_note({"figures": {}}) == ""
+    silent = {"native_output": {"runtime/native.log": {"lines": 5, "bytes": 9},
+                                "runtime/baseline/native.log": {"lines": 0, "bytes": 0}}}
+    assert "`runtime/native.log`" in evidence.native_output_note(silent)
+    assert "baseline" not in evidence.native_output_note(silent)
     assert evidence.read_registry(tmp_path)["runtime/native.log"]["sha256"] == evidence.sha256_file(
         tmp_path / "runtime" / "native.log")
