@@ -36,6 +36,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -183,14 +184,24 @@ def head_detectors(reference: Outputs, head: torch.nn.Linear, knn_k: int) -> dic
     return out
 
 
-def shipped_head(run_dir: Path, reference: Outputs) -> torch.nn.Linear:
-    """The classifier of the shipped regime's float compact checkpoint; prints how far it reproduces the
-    program's logits from the program's features on the training rows."""
+def shipped_float(run_dir: Path) -> SimpleNamespace:
+    """What the studies that read the float model share: ``ctx``, ``ch`` (chapter 11's view of the run),
+    the shipped ``regime``, the ``frozen`` split, and that regime's float compact ``model`` (the checkpoint
+    the .pte was quantised from) with its checkpoint ``state`` and verified ``sha256``."""
     ctx = reopen_run(run_dir)
     ch = Chapter(ctx.run_dir, "abstention")
     regime = regimes.shipped(regimes.of_run(ctx))
-    model, _ = load_float(ch, regime.path(STATE_FILES["compact"]), len(load_frozen(ch).class_names))
-    head = model.get_classifier()
+    frozen = load_frozen(ch)
+    path = regime.path(STATE_FILES["compact"])
+    model, state = load_float(ch, path, len(frozen.class_names))
+    return SimpleNamespace(ctx=ctx, ch=ch, regime=regime, frozen=frozen, model=model, state=state,
+                           sha256=ch.inputs[path])
+
+
+def shipped_head(run_dir: Path, reference: Outputs) -> torch.nn.Linear:
+    """The classifier of the shipped regime's float compact checkpoint; prints how far it reproduces the
+    program's logits from the program's features on the training rows."""
+    head = shipped_float(run_dir).model.get_classifier()
     with torch.no_grad():
         logits = head(torch.as_tensor(reference.features, dtype=torch.float32)).numpy()
     gap = np.abs(logits - reference.logits)

@@ -42,16 +42,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from abstention_detector_study import detectors, print_table, program_sets, settings, study_table  # noqa: E402
+from abstention_detector_study import (  # noqa: E402
+    detectors,
+    print_table,
+    program_sets,
+    settings,
+    shipped_float,
+    study_table,
+)
 
 from cropcop_utils.abstention.chapter import regime_val_rows  # noqa: E402
 from cropcop_utils.core import imaging  # noqa: E402
-from cropcop_utils.core.config import reopen_run  # noqa: E402
-from cropcop_utils.core.evidence import Chapter, sha256_file  # noqa: E402
+from cropcop_utils.core.evidence import sha256_file  # noqa: E402
 from cropcop_utils.core.imaging import ImageSpec  # noqa: E402
-from cropcop_utils.nets.states import STATE_FILES, load_float  # noqa: E402
-from cropcop_utils.split import load_frozen  # noqa: E402
-from cropcop_utils.training import regimes  # noqa: E402
 from cropcop_utils.training.augment import AugmentParams, augment, to_hwc  # noqa: E402
 from cropcop_utils.training.data import TrainImages  # noqa: E402
 from cropcop_utils.training.settings import resolve_config  # noqa: E402
@@ -165,14 +168,10 @@ def main() -> None:
                               parser.add_argument("--per-kind", type=int, default=600),
                               parser.add_argument("--out", type=Path, default=Path("/tmp"))))
     torch.set_num_threads(2)
-    ctx = reopen_run(args.run_dir)
-    ch = Chapter(ctx.run_dir, "abstention")
-    regime = regimes.shipped(regimes.of_run(ctx))
-    frozen = load_frozen(ch)
-    model, state = load_float(ch, regime.path(STATE_FILES["compact"]), len(frozen.class_names))
-    model = model.to(memory_format=torch.channels_last)
-    config = resolve_config(ctx.section("training"), "compact",
-                            regime.name if regime.name != regimes.BASELINE else None)
+    shipped = shipped_float(args.run_dir)
+    ctx, regime, frozen, state = shipped.ctx, shipped.regime, shipped.frozen, shipped.state
+    model = shipped.model.to(memory_format=torch.channels_last)
+    config = resolve_config(ctx.section("training"), "compact", regime.name)  # the regime's own recipe
     augment_params = AugmentParams.from_dict(config["augment"])
     spec = ImageSpec.from_section(ctx.section("image"))
     rows = frozen.rows_for("train", field_train=regime.uses_field_train).sort_values("row_id")

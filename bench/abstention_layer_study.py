@@ -39,15 +39,11 @@ from abstention_detector_study import (  # noqa: E402
     print_table,
     program_sets,
     settings,
+    shipped_float,
     study_table,
 )
 
 from cropcop_utils.abstention.protection import Outputs  # noqa: E402
-from cropcop_utils.core.config import reopen_run  # noqa: E402
-from cropcop_utils.core.evidence import Chapter  # noqa: E402
-from cropcop_utils.nets.states import STATE_FILES, load_float  # noqa: E402
-from cropcop_utils.split import load_frozen  # noqa: E402
-from cropcop_utils.training import regimes  # noqa: E402
 
 
 class LayerForward:
@@ -143,18 +139,14 @@ def main() -> None:
     args, params = settings(__doc__.split("\n\n")[0], imagenet=(
         "also the packaged ImageNet weights' pooled features of the same architecture (frozen, never "
         "fine-tuned), alone and beside the shipped model's"))
-    ctx = reopen_run(args.run_dir)
-    ch = Chapter(ctx.run_dir, "abstention")
-    regime = regimes.shipped(regimes.of_run(ctx))
-    path = regime.path(STATE_FILES["compact"])
-    n_classes = len(load_frozen(ch).class_names)
-    model, state = load_float(ch, path, n_classes)
+    shipped = shipped_float(args.run_dir)
     imagenet = None
     if args.imagenet:
         from cropcop_utils.nets.models import create_model
 
-        imagenet = create_model(state["arch"], n_classes, weights="package").eval()
-    forward = LayerForward(model, ch.inputs[path], imagenet)
+        imagenet = create_model(shipped.state["arch"], len(shipped.frozen.class_names),
+                                weights="package").eval()
+    forward = LayerForward(shipped.model, shipped.sha256, imagenet)
     torch.set_num_threads(2)
     reference, _, val, jigsaw, sets, temperature = program_sets(args.run_dir, forward)
     scores = layer_scores(reference, val, jigsaw, forward.slices)

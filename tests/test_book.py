@@ -234,13 +234,15 @@ def test_the_real_photo_book_runs_and_renders_every_chapter(apple_field_smoke_bo
 
     summary = render_summary_markdown(run)
     assert "its record lacks" not in summary  # every chapter's headline sentence found its keys
-    page = (html / "07_runtime.html").read_text()
-    assert "cpuinfo_utils.cpp" not in page  # the native lines stay in their logs ...
-    logs = {path: entry["lines"] for record in (run / "runtime").rglob("runtime.json")
-            for path, entry in json.loads(record.read_text()).get("native_output", {}).items()}
-    assert any(logs.values())
-    for path in (path for path, lines in logs.items() if lines):  # ... which the page names, every
-        assert path in page, path                                   # regime's (an empty log needs no word)
+    for folder, notebook in (("ptq", "06_ptq"), ("runtime", "07_runtime")):  # one record per regime
+        page = (html / f"{notebook}.html").read_text()
+        assert "cpuinfo_utils.cpp" not in page  # the native lines stay in their logs ...
+        logs = {path: entry["lines"] for record in (run / folder).rglob(f"{folder}.json")
+                for path, entry in json.loads(record.read_text()).get("native_output", {}).items()}
+        assert any(logs.values()), folder
+        # ... which the page names, every regime's (an empty log needs no word)
+        for path in (path for path, lines in logs.items() if lines):
+            assert path in page, path
 
 
 _RECORDING_CHAPTER = """from cropcop_utils.core import config

@@ -209,13 +209,20 @@ def verify_registry(run_dir: str | os.PathLike) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["path", "chapter", "bytes", "sha256", "found_sha256", "matches"])
 
 
-def native_output_note(record: dict[str, Any]) -> str:
+def native_output_note(record: dict[str, Any], run_dir: str | os.PathLike | None = None) -> str:
     """The one line a chapter shows in place of captured native output: where it is and how long.  An
-    empty log (still registered) gets no sentence: "0 lines ... not shown here" tells a reader nothing."""
+    empty log (still registered) gets no sentence: "0 lines ... not shown here" tells a reader nothing.
+    Given ``run_dir``, the logs of the other regimes' records that ``record["regimes"]`` points to are
+    named too (chapters 6 and 7 write one record per regime; the shipped one links the others)."""
+    logs = dict(record.get("native_output", {}))
+    if run_dir is not None:
+        for entry in (record.get("regimes") or {}).values():
+            if "record" in entry:
+                logs |= json.loads((Path(run_dir) / entry["record"]).read_text()).get("native_output", {})
     return " ".join(f"Native library output ({entry['lines']:,} line{'' if entry['lines'] == 1 else 's'} of "
                     "C/C++ and library logging) is in "
                     f"`{path}` in the run folder, registered with its SHA-256; it is not shown here."
-                    for path, entry in record.get("native_output", {}).items() if entry["lines"])
+                    for path, entry in logs.items() if entry["lines"])
 
 
 # --------------------------------------------------------------------------- chapter record

@@ -155,5 +155,13 @@ def test_native_output_goes_to_a_registered_log(tmp_path):
                                 "runtime/baseline/native.log": {"lines": 0, "bytes": 0}}}
     assert "`runtime/native.log`" in evidence.native_output_note(silent)
     assert "baseline" not in evidence.native_output_note(silent)
+    # chapters 6 and 7 keep each other regime's record apart: given the run folder, the note follows them
+    other = tmp_path / "runtime" / "other" / "runtime.json"
+    other.parent.mkdir(parents=True, exist_ok=True)
+    other.write_text(json.dumps({"native_output": {"runtime/other/native.log": {"lines": 2, "bytes": 9}}}))
+    shipped = {**record, "regimes": {"other": {"record": "runtime/other/runtime.json"}}}
+    assert "runtime/other/native.log" not in evidence.native_output_note(shipped)
+    assert "(2 lines" in evidence.native_output_note(shipped, tmp_path)
+    assert "(5 lines" in evidence.native_output_note(shipped, tmp_path)
     assert evidence.read_registry(tmp_path)["runtime/native.log"]["sha256"] == evidence.sha256_file(
         tmp_path / "runtime" / "native.log")
