@@ -259,7 +259,7 @@ def settings(description: str, extra: Callable[[argparse.ArgumentParser], object
     if extra is not None:
         extra(parser)
     for name, text in flags.items():
-        parser.add_argument(f"--{name}", action="store_true", help=text)
+        parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=text)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--coverage", type=float, nargs="+", default=None,
                         help="validation coverage of the outlier threshold (default: the run's)")

@@ -1,7 +1,8 @@
 """Abstention layer study: would the shipped model's *intermediate* features refuse what its pooled
 features cannot (issue 33: another crop's lab leaves sit among the apple classes in the final features)?
 
-    .venv/bin/python bench/abstention_layer_study.py RUN_DIR [--imagenet] [--coverage 0.95 0.97] [--risk 0.02]
+    .venv/bin/python bench/abstention_layer_study.py RUN_DIR [--imagenet [--imagenet-int8]]
+        [--coverage 0.95 0.97] [--risk 0.02]
 
 The shipped regime's compact model (its float checkpoint — the model the ``.pte`` was quantised from, not
 the program itself) is run over the same rows as ``abstention_detector_study.py``, and each stage of its
@@ -16,6 +17,13 @@ al. 2018's feature ensemble), and the stages are combined:
 
 With ``--imagenet`` the packaged ImageNet weights of the same architecture (frozen, never fine-tuned) add
 their pooled features (``imagenet``): do generic features keep apart what fine-tuning on one crop merged?
+With ``--imagenet-int8`` those features come from an INT8 ``.pte`` of that network, quantised by the shipped
+regime's selected PTQ candidate on its calibration rows (what a program returning them would compute).
+
+The two pooled parts (``final``, ``imagenet``) also get pytorch-ood's k-NN (cosine distance to the k-th
+nearest training feature, the run's ``abstention.knn_k``) and relative Mahalanobis, alone and summed with
+the others (``sum_z[final+knn[imagenet]]``: the shipped features' Mahalanobis plus the ImageNet features'
+k-NN, each standardised on validation rows — no outlier enters that fit).
 
 Every detector is thresholded by chapter 11's rule (``study_table``).  ``final`` (the pooled features the
 classifier reads) is the float twin of the shipped Mahalanobis, a check on the rest.  A study, not a test:
@@ -24,9 +32,11 @@ it reads the locked test through the float model, and changes nothing in the run
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -54,7 +64,8 @@ class LayerForward:
     max_batch = 32
     n_outputs = 2
 
-    def __init__(self, model: torch.nn.Module, sha256: str, imagenet: torch.nn.Module | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, sha256: str,
+                 imagenet: torch.nn.Module | Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
         self.model, self.sha256, self.imagenet = model, sha256, imagenet
         self.stages = list(model.blocks)
         self.slices: dict[str, slice] = {}
@@ -80,7 +91,8 @@ class LayerForward:
         parts.append(features)
         if self.imagenet is not None:
             with torch.no_grad():
-                frozen = self.imagenet.forward_head(self.imagenet.forward_features(batch), pre_logits=True)
+                frozen = (self.imagenet.forward_head(self.imagenet.forward_features(batch), pre_logits=True)
+                          if isinstance(self.imagenet, torch.nn.Module) else self.imagenet(batch))
             start += features.shape[1]
             self.slices["imagenet"] = slice(start, start + frozen.shape[1])
             parts.append(frozen)
@@ -90,10 +102,12 @@ class LayerForward:
         return self.outputs(batch)[0]
 
 
-def layer_scores(reference: Outputs, val: Outputs, jigsaw: Outputs, slices: dict[str, slice]
+def layer_scores(reference: Outputs, val: Outputs, jigsaw: Outputs, slices: dict[str, slice], knn_k: int
                  ) -> dict[str, Score]:
-    """name → outlier score: one Mahalanobis per part of the features, then the parts combined."""
-    from pytorch_ood.detector import Mahalanobis
+    """name → outlier score: one Mahalanobis per part of the features, then the parts combined; for the
+    pooled parts (``final``, ``imagenet``) also pytorch-ood's k-NN (cosine) and relative Mahalanobis, which
+    make no one-Gaussian-per-class assumption about features never trained on these classes."""
+    from pytorch_ood.detector import KNN, RMD, Mahalanobis
     from sklearn.linear_model import LogisticRegression
 
     y = torch.tensor(reference.labels, dtype=torch.long)
@@ -101,7 +115,9 @@ def layer_scores(reference: Outputs, val: Outputs, jigsaw: Outputs, slices: dict
     seen: dict[tuple[int, str], tuple[Outputs, np.ndarray]] = {}  # the combinations reuse each part's score
 
     def fit(name: str, part: slice) -> Callable[[Outputs], np.ndarray]:
-        detector = Mahalanobis(None).fit_features(torch.tensor(reference.features[:, part]), y)
+        kind = name.split("[")[0]
+        detector = {"knn": lambda: KNN(None, k=knn_k), "rmd": lambda: RMD(None)}.get(
+            kind, lambda: Mahalanobis(None))().fit_features(torch.tensor(reference.features[:, part]), y)
 
         def score(o: Outputs) -> np.ndarray:
             if (id(o), name) not in seen:  # the set is kept with its score, so its id stays its own
@@ -111,17 +127,21 @@ def layer_scores(reference: Outputs, val: Outputs, jigsaw: Outputs, slices: dict
 
         return score
 
-    single = {name: fit(name, part) for name, part in slices.items()}
+    parts = dict(slices)
+    parts.update({f"{kind}[{name}]": slices[name] for kind in ("knn", "rmd") for name in ("final", "imagenet")
+                  if name in slices})
+    single = {name: fit(name, part) for name, part in parts.items()}
     on_val = {name: score(val) for name, score in single.items()}
     z = {name: (lambda o, n=name: (single[n](o) - on_val[n].mean()) / max(on_val[n].std(), 1e-12))
          for name in single}
     out: dict[str, Score] = dict(single)
     groups = {
         "means+final": [n for n in slices if n.endswith("_mean")] + ["final"],
-        "all": [n for n in slices if n != "imagenet"],
+        "all": [n for n in slices if n != "imagenet"],  # the stages' Mahalanobis and the pooled one
         "late(3+)+final": [n for n in slices if n.startswith("stage") and int(n[5]) >= 3] + ["final"],
         "early(<=3)+final": [n for n in slices if n.startswith("stage") and int(n[5]) <= 3] + ["final"],
-        **({"final+imagenet": ["final", "imagenet"]} if "imagenet" in slices else {}),
+        **({"final+imagenet": ["final", "imagenet"], "final+knn[imagenet]": ["final", "knn[imagenet]"],
+            "knn[final]+knn[imagenet]": ["knn[final]", "knn[imagenet]"]} if "imagenet" in slices else {}),
     }
     for label, names in groups.items():
         out[f"sum_z[{label}]"] = lambda o, names=names: np.sum([z[n](o) for n in names], axis=0)
@@ -135,21 +155,55 @@ def layer_scores(reference: Outputs, val: Outputs, jigsaw: Outputs, slices: dict
     return out
 
 
+def imagenet_program(shipped: SimpleNamespace, model: torch.nn.Module
+                     ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The frozen ImageNet network's pooled features as an INT8 ExecuTorch program, quantised the way the
+    shipped program was: the candidate chapter 6 selected for the shipped regime, calibrated on that
+    regime's calibration rows (its training rows, ``ptq/calibration_rows.parquet``), lowered as chapter 7
+    lowers.  Returns the program's forward (features out)."""
+    from cropcop_utils import ptq as quant
+    from cropcop_utils.core.evidence import sha256_bytes
+    from cropcop_utils.core.imaging import ImageSpec
+    from cropcop_utils.nets.int8_graph import load_program
+    from cropcop_utils.nets.pte import PteForward
+    from cropcop_utils.runtime.chapter import lower
+
+    at, ctx = shipped.regime.path, shipped.ctx
+    record = shipped.ch.read_json(at("ptq/ptq.json"))
+    candidate = next(c for c in quant.parse_candidates(ctx.section("ptq")) if c.name == record["selected"])
+    used = shipped.ch.read_parquet(at("ptq/calibration_rows.parquet"))
+    rows = used[used[f"used_by_{candidate.name}"]].sort_values("position")
+    spec = ImageSpec.from_section(ctx.section("image"))
+    features = copy.deepcopy(model)
+    features.reset_classifier(0)  # forward returns the pooled features
+    example = torch.zeros((2, 3, spec.size, spec.size))
+    batches = quant.image_batches(rows, ctx.source_roots, spec, 32) if candidate.static else []
+    graph, _ = quant.quantise(quant.export_dynamic(features, example, 32), candidate, batches, example)
+    data, _, _ = lower(load_program(quant.serialise(graph, example, 32)))
+    print(f"ImageNet features: {candidate.name} ({len(rows)} calibration rows), a .pte of "
+          f"{len(data) / 2**20:.2f} MiB")
+    return PteForward(data, sha256_bytes(data))
+
+
 def main() -> None:
     args, params = settings(__doc__.split("\n\n")[0], imagenet=(
         "also the packaged ImageNet weights' pooled features of the same architecture (frozen, never "
-        "fine-tuned), alone and beside the shipped model's"))
+        "fine-tuned), alone and beside the shipped model's"), imagenet_int8=(
+        "--imagenet, with those features from an INT8 .pte of the ImageNet network, quantised by the "
+        "shipped regime's selected PTQ candidate (what a program shipping them would compute)"))
     shipped = shipped_float(args.run_dir)
     imagenet = None
-    if args.imagenet:
+    if args.imagenet or args.imagenet_int8:
         from cropcop_utils.nets.models import create_model
 
         imagenet = create_model(shipped.state["arch"], len(shipped.frozen.class_names),
                                 weights="package").eval()
+        if args.imagenet_int8:
+            imagenet = imagenet_program(shipped, imagenet)
     forward = LayerForward(shipped.model, shipped.sha256, imagenet)
     torch.set_num_threads(2)
     reference, _, val, jigsaw, sets, temperature = program_sets(args.run_dir, forward)
-    scores = layer_scores(reference, val, jigsaw, forward.slices)
+    scores = layer_scores(reference, val, jigsaw, forward.slices, int(params["knn_k"]))
     print_table(study_table(scores, val, jigsaw, sets, temperature, args.coverage, args.risk), sets)
 
 
