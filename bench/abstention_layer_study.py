@@ -170,7 +170,10 @@ def imagenet_program(shipped: SimpleNamespace, model: torch.nn.Module
 
     at, ctx = shipped.regime.path, shipped.ctx
     record = shipped.ch.read_json(at("ptq/ptq.json"))
-    candidate = next(c for c in quant.parse_candidates(ctx.section("ptq")) if c.name == record["selected"])
+    declared = shipped.ch.read_json(at("ptq/candidates.json"))["candidates"]  # as the run declared them
+    candidate = next(c for c in quant.parse_candidates(
+        {"candidates": [{k: v for k, v in c.items() if k != "order"} for c in declared]})
+        if c.name == record["selected"])
     used = shipped.ch.read_parquet(at("ptq/calibration_rows.parquet"))
     rows = used[used[f"used_by_{candidate.name}"]].sort_values("position")
     spec = ImageSpec.from_section(ctx.section("image"))
