@@ -37,6 +37,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,7 +54,7 @@ from abstention_detector_study import (  # noqa: E402
     study_table,
 )
 
-from cropcop_utils.abstention.protection import Outputs  # noqa: E402
+from cropcop_utils.abstention.protection import Outputs, fit_detectors  # noqa: E402
 
 
 class LayerForward:
@@ -105,20 +106,17 @@ class LayerForward:
 def layer_scores(reference: Outputs, val: Outputs, jigsaw: Outputs, slices: dict[str, slice], knn_k: int
                  ) -> dict[str, Score]:
     """name → outlier score: one Mahalanobis per part of the features, then the parts combined; for the
-    pooled parts (``final``, ``imagenet``) also pytorch-ood's k-NN (cosine) and relative Mahalanobis, which
-    make no one-Gaussian-per-class assumption about features never trained on these classes."""
-    from pytorch_ood.detector import KNN, RMD, Mahalanobis
+    pooled parts (``final``, ``imagenet``) also chapter 11's k-NN (cosine) and relative Mahalanobis
+    (``fit_detectors``), which make no one-Gaussian-per-class assumption about features never trained on
+    these classes."""
+    from pytorch_ood.detector import Mahalanobis
     from sklearn.linear_model import LogisticRegression
 
     y = torch.tensor(reference.labels, dtype=torch.long)
 
     seen: dict[tuple[int, str], tuple[Outputs, np.ndarray]] = {}  # the combinations reuse each part's score
 
-    def fit(name: str, part: slice) -> Callable[[Outputs], np.ndarray]:
-        kind = name.split("[")[0]
-        detector = {"knn": lambda: KNN(None, k=knn_k), "rmd": lambda: RMD(None)}.get(
-            kind, lambda: Mahalanobis(None))().fit_features(torch.tensor(reference.features[:, part]), y)
-
+    def scorer(name: str, detector: Any, part: slice) -> Callable[[Outputs], np.ndarray]:
         def score(o: Outputs) -> np.ndarray:
             if (id(o), name) not in seen:  # the set is kept with its score, so its id stays its own
                 seen[id(o), name] = o, detector.predict_features(
@@ -127,10 +125,14 @@ def layer_scores(reference: Outputs, val: Outputs, jigsaw: Outputs, slices: dict
 
         return score
 
-    parts = dict(slices)
-    parts.update({f"{kind}[{name}]": slices[name] for kind in ("knn", "rmd") for name in ("final", "imagenet")
-                  if name in slices})
-    single = {name: fit(name, part) for name, part in parts.items()}
+    single = {name: scorer(name, Mahalanobis(None).fit_features(torch.tensor(reference.features[:, part]), y),
+                           part) for name, part in slices.items()}
+    for name in ("final", "imagenet"):
+        if name in slices:
+            # a writable copy: the outputs are read-only arrays, which torch warns about
+            book = fit_detectors(reference.features[:, slices[name]].copy(), reference.labels, knn_k)
+            single[f"knn[{name}]"] = scorer(f"knn[{name}]", book["knn"], slices[name])
+            single[f"rmd[{name}]"] = scorer(f"rmd[{name}]", book["relative_mahalanobis"], slices[name])
     on_val = {name: score(val) for name, score in single.items()}
     z = {name: (lambda o, n=name: (single[n](o) - on_val[n].mean()) / max(on_val[n].std(), 1e-12))
          for name in single}
@@ -169,11 +171,10 @@ def imagenet_program(shipped: SimpleNamespace, model: torch.nn.Module
     from cropcop_utils.runtime.chapter import lower
 
     at, ctx = shipped.regime.path, shipped.ctx
-    record = shipped.ch.read_json(at("ptq/ptq.json"))
-    declared = shipped.ch.read_json(at("ptq/candidates.json"))["candidates"]  # as the run declared them
-    candidate = next(c for c in quant.parse_candidates(
-        {"candidates": [{k: v for k, v in c.items() if k != "order"} for c in declared]})
-        if c.name == record["selected"])
+    selected = shipped.ch.read_json(at("ptq/ptq.json"))["selected"]
+    entry = next(c for c in shipped.ch.read_json(at("ptq/candidates.json"))["candidates"]  # as declared
+                 if c["name"] == selected)
+    candidate = quant.Candidate(**{**entry, "float_modules": tuple(entry["float_modules"])})
     used = shipped.ch.read_parquet(at("ptq/calibration_rows.parquet"))
     rows = used[used[f"used_by_{candidate.name}"]].sort_values("position")
     spec = ImageSpec.from_section(ctx.section("image"))
