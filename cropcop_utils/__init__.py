@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from pathlib import Path
 from typing import Any
 
 from .core import cpu_tuning
@@ -34,6 +35,11 @@ from .core import cpu_tuning
 cpu_tuning.apply()
 
 from .core.config import RunContext, open_run, reopen_run  # noqa: E402  (after the process settings above)
+from .core.freshness import note_imports  # noqa: E402
+
+# inside a book kernel (and the processes it starts): note which folders of the package the chapter's
+# code comes from (RUN_DIR/chain/<chapter>.code-read), so a change elsewhere does not rerun it
+note_imports(Path(__file__).resolve().parent)
 from .core.evidence import native_output_note  # noqa: E402
 
 # A per-user font cache built while matplotlib was being installed lacks its own fonts (STIX, Computer

@@ -246,13 +246,18 @@ def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = S
     states = freshness.read_state(ctx.run_dir)
     started = time.perf_counter()
     stale_from: str | None = "forced (--force)" if force else None
+    digests = freshness.package_digests(PACKAGE_DIR)   # the code as it is when this invocation starts
     try:
         for number, spec in enumerate(chain, start=1):
-            code = freshness.code_fingerprint(PACKAGE_DIR, NOTEBOOKS_DIR / f"{spec.notebook}.ipynb")
+            notebook = NOTEBOOKS_DIR / f"{spec.notebook}.ipynb"
+            recorded = states.get(spec.name)
+            # the parts of the package the chapter imported when it last ran (all of it, if not noted)
+            parts = freshness.code_parts(digests, None if recorded is None or "code_parts" not in recorded
+                                         else [p for p in recorded["code_parts"] if not p.endswith(".py")])
             if stale_from is None:
                 stale_from = freshness.why_stale(
-                    ctx.run_dir, spec.record, book_dir / f"{spec.notebook}.ipynb", states.get(spec.name),
-                    ctx.params, code, REPO_ROOT)
+                    ctx.run_dir, spec.record, book_dir / f"{spec.notebook}.ipynb", recorded,
+                    ctx.params, freshness.code_fingerprint(parts, notebook), REPO_ROOT, parts)
                 if stale_from is None:
                     reused.append(spec)
                     log(f"[{number}/{len(chain)}] {spec.name}: unchanged (same code, parameters, input "
@@ -265,11 +270,14 @@ def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = S
             freshness.write_state(ctx.run_dir, states)
             freshness.forget_reads(ctx.run_dir, spec.name)
             log(f"[{number}/{len(chain)}] {spec.name}: running {spec.notebook}.ipynb …")
-            with timings.measured(spec.name, spent), _kernel_knows_its_chapter(spec.name):
+            with timings.measured(spec.name, spent), _kernel_knows_its_chapter(spec.name, ctx.run_dir):
                 execute_chapter(spec, ctx, book_dir, profile)
             ran.append(spec)
             keys = freshness.keys_read(ctx.run_dir, spec.name)
-            states[spec.name] = {**freshness.chapter_basis(ctx.params, keys, code, REPO_ROOT),
+            parts = freshness.code_parts(digests, freshness.code_read(ctx.run_dir, spec.name))
+            states[spec.name] = {**freshness.chapter_basis(ctx.params, keys,
+                                                           freshness.code_fingerprint(parts, notebook),
+                                                           REPO_ROOT, parts),
                                  "record_sha256": freshness.record_sha256(ctx.run_dir, spec.record)}
             freshness.write_state(ctx.run_dir, states)
             log(f"[{number}/{len(chain)}] {spec.name}: done in {spent[-1]['wall_s']:.1f} s "
@@ -298,14 +306,17 @@ def _recorded_params(run_dir: str | os.PathLike) -> dict[str, Any] | None:
 
 
 @contextmanager
-def _kernel_knows_its_chapter(name: str) -> Iterator[None]:
-    """The chapter's kernel inherits ``CROPCOP_CHAPTER``: its parameters note the keys it reads."""
-    previous = os.environ.get(freshness.CHAPTER_ENV)
-    os.environ[freshness.CHAPTER_ENV] = name
+def _kernel_knows_its_chapter(name: str, run_dir: Path) -> Iterator[None]:
+    """The chapter's kernel inherits ``CROPCOP_CHAPTER`` and ``CROPCOP_RUN_DIR``: its parameters note the
+    keys it reads, and the package the folders it imports from."""
+    settings = {freshness.CHAPTER_ENV: name, freshness.RUN_DIR_ENV: str(Path(run_dir).resolve())}
+    previous = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(freshness.CHAPTER_ENV, None)
-        else:
-            os.environ[freshness.CHAPTER_ENV] = previous
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

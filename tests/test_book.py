@@ -299,3 +299,28 @@ def test_a_finished_book_reruns_only_the_chapters_after_a_changed_parameter(smok
     assert json.loads((run / "field" / "field.json").read_text())["params"]["bootstrap"] == 150
     facts = (run / "book" / "_run_facts.md").read_text()
     assert "Chapters reused from an earlier invocation" in facts and "Per-class analysis" in facts
+
+
+def test_a_rerun_reuses_a_chapter_until_code_it_imports_changes(tmp_path, monkeypatch):
+    import shutil
+
+    _plant_corpus_chapter(tmp_path, monkeypatch, _RECORDING_CHAPTER)
+    package = tmp_path / "package"   # the runner fingerprints a copy; the kernel imports the real package
+    shutil.copytree(book.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(book, "PACKAGE_DIR", package)
+    run = tmp_path / "run"
+    lines: list[str] = []
+
+    def again() -> dict:
+        return book.run_book(run, profile="smoke", until="corpus", html=False, log=lines.append)
+
+    assert again()["ran"] == ["corpus"]
+    imported = freshness.code_read(run, "corpus")
+    assert imported is not None and "core" in imported and "field" not in imported
+    recorded = freshness.read_state(run)["corpus"]["code_parts"]
+    assert "field" not in recorded and {"core", "book.py"} <= set(recorded)
+    (package / "field" / "transfer.py").write_text("# a change the chapter never imported\n")
+    assert again()["reused"] == ["corpus"]
+    (package / "core" / "metrics.py").write_text("# a change to the ground floor\n")
+    assert again()["ran"] == ["corpus"]
+    assert any("corpus: runs because the code it imports changed (core/)" in line for line in lines)

@@ -2,9 +2,12 @@
 
 A chapter is *fresh* when nothing it was computed from has changed since it last finished:
 
-* its **code** — the chapter's notebook and the whole ``cropcop_utils`` package but its profiles
-  (chapters import across folders, so any change to the package counts for every chapter), and the
-  Python / torch / timm / executorch versions;
+* its **code** — the chapter's notebook; every folder of the ``cropcop_utils`` package that its kernel
+  (or a process the kernel started) imported a module from, noted as it happens by :func:`note_imports`
+  in ``RUN_DIR/chain/<chapter>.code-read``, with ``core/`` and the package's top-level modules always
+  (a folder is hashed whole: its entry points and templates too); and the Python / torch / timm /
+  executorch versions.  A chapter with no such note (one finished before the runner kept them) counts
+  the whole package but its profiles;
 * the **parameters it read** — each top-level key of ``params.yaml``, or key of a section
   (``field_transfer.bootstrap``), the chapter's kernel touched, noted as it happens by
   :class:`ReadParams` (a record of reads, not a list kept by hand that could fall behind the code),
@@ -17,16 +20,19 @@ A chapter is *fresh* when nothing it was computed from has changed since it last
 
 The runner (:mod:`cropcop_utils.book`) runs the chain from the first chapter that is not fresh; the ones
 before it are verified and reused, not rewritten.  What each chapter was computed from is kept in
-``RUN_DIR/chain.json``; the keys a kernel read, in ``RUN_DIR/chain/<chapter>.params-read``.
+``RUN_DIR/chain.json``; the keys a kernel read, in ``RUN_DIR/chain/<chapter>.params-read``, and the
+package folders it imported from, in ``RUN_DIR/chain/<chapter>.code-read``.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.abc
 import json
 import os
 import platform
+import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +43,8 @@ from .evidence import FingerprintMismatch, atomic_write_json, sha256_file, sha25
 CHAIN_STATE = "chain.json"
 READS_DIR = "chain"
 CHAPTER_ENV = "CROPCOP_CHAPTER"   # set by the runner for the kernel of the chapter it executes
+RUN_DIR_ENV = "CROPCOP_RUN_DIR"   # ... with the run folder, where the kernel notes the code it imports
+ALWAYS_IMPORTED = ("core",)       # the ground floor: every chapter stands on it (and on top-level modules)
 _VERSIONED = ("torch", "torchvision", "timm", "executorch", "torchao", "numpy", "scikit-learn")
 
 
@@ -161,18 +169,90 @@ def keys_read(run_dir: str | os.PathLike, chapter: str) -> list[str]:
 
 
 def forget_reads(run_dir: str | os.PathLike, chapter: str) -> None:
-    (Path(run_dir) / READS_DIR / f"{chapter}.params-read").unlink(missing_ok=True)
+    for kind in ("params-read", "code-read"):
+        (Path(run_dir) / READS_DIR / f"{chapter}.{kind}").unlink(missing_ok=True)
 
 
-def code_fingerprint(package: Path, notebook: Path) -> str:
-    """SHA-256 over the package's files, the notebook and the library versions.  Bytecode caches and the
-    profiles are left out: a profile's values reach a chapter as the parameters it reads, compared one
-    by one, so editing one value of a shipped profile reruns only what read it."""
-    digest = hashlib.sha256()
+# --------------------------------------------------------------------------- the code a chapter imports
+class _ImportNotes(importlib.abc.MetaPathFinder):
+    """Notes the package folder of every ``cropcop_utils`` module imported after it is installed; finds
+    nothing itself (the import goes on to the next finder)."""
+
+    def __init__(self, sink: Path, package: Path) -> None:
+        self.sink, self.package, self.noted = sink, package, set()
+
+    def note(self, module: str) -> None:
+        parts = module.split(".")
+        if parts[0] != self.package.name or len(parts) < 2 or parts[1] in self.noted:
+            return
+        if not (self.package / parts[1]).is_dir():   # a top-level module: always counted
+            return
+        self.noted.add(parts[1])
+        self.sink.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.sink, "a", encoding="utf-8") as handle:   # O_APPEND: workers add to the same file
+            handle.write(f"{parts[1]}\n")
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        self.note(fullname)
+        return None
+
+
+def note_imports(package: Path) -> None:
+    """Inside a book kernel (``CROPCOP_CHAPTER`` and ``CROPCOP_RUN_DIR`` set, also in every process it
+    starts: pools, latency interpreters, torchrun), note each package folder a module is imported from
+    into ``RUN_DIR/chain/<chapter>.code-read``: what was imported before this call, and from then on as
+    it happens.  A record of imports, like the parameters' record of reads: a list kept by hand would
+    fall behind the code.  Elsewhere nothing is noted."""
+    chapter, run_dir = os.environ.get(CHAPTER_ENV), os.environ.get(RUN_DIR_ENV)
+    if not chapter or not run_dir or any(isinstance(f, _ImportNotes) for f in sys.meta_path):
+        return
+    notes = _ImportNotes(Path(run_dir) / READS_DIR / f"{chapter}.code-read", package)
+    for module in list(sys.modules):
+        notes.note(module)
+    sys.meta_path.insert(0, notes)
+
+
+def code_read(run_dir: str | os.PathLike, chapter: str) -> list[str] | None:
+    """The package folders a chapter's kernel imported from (None: nothing was noted)."""
+    path = Path(run_dir) / READS_DIR / f"{chapter}.code-read"
+    folders = {line for line in path.read_text().splitlines() if line} if path.exists() else set()
+    return sorted(folders) or None
+
+
+def package_digests(package: Path) -> dict[str, str]:
+    """SHA-256 per part of the package: each top-level module file (``book.py``) and each folder
+    (``field``: every file under it).  Bytecode caches and the profiles are left out: a profile's values
+    reach a chapter as the parameters it reads, compared one by one, so editing one value of a shipped
+    profile reruns only what read it."""
     skipped = {"__pycache__", "profiles"}
+    files: dict[str, list[Path]] = {}
     for path in sorted(p for p in package.rglob("*")
                        if p.is_file() and not skipped & set(p.relative_to(package).parts)):
-        digest.update(f"{path.relative_to(package).as_posix()}\0{sha256_file(path)}\n".encode())
+        files.setdefault(path.relative_to(package).parts[0], []).append(path)
+    digests = {}
+    for part, paths in files.items():
+        digest = hashlib.sha256()
+        for path in paths:
+            digest.update(f"{path.relative_to(package).as_posix()}\0{sha256_file(path)}\n".encode())
+        digests[part] = digest.hexdigest()
+    return digests
+
+
+def code_parts(digests: dict[str, str], imported: list[str] | None) -> dict[str, str]:
+    """The parts of the package a chapter's code is: the top-level modules, ``core`` and the folders it
+    imported from (every part when ``imported`` is None); a folder that is gone counts as ``absent``."""
+    if imported is None:
+        return dict(sorted(digests.items()))
+    wanted = {p for p in digests if p.endswith(".py")} | set(ALWAYS_IMPORTED) | set(imported)
+    return {p: digests.get(p, "absent") for p in sorted(wanted)}
+
+
+def code_fingerprint(parts: dict[str, str], notebook: Path) -> str:
+    """SHA-256 over the chapter's parts of the package (:func:`code_parts`), its notebook and the
+    library versions."""
+    digest = hashlib.sha256()
+    for part, sha in parts.items():
+        digest.update(f"{part}\0{sha}\n".encode())
     digest.update(f"notebook\0{sha256_file(notebook)}\n".encode())
     digest.update(f"python\0{platform.python_version()}\n".encode())
     for name in _VERSIONED:
@@ -213,12 +293,15 @@ def path_listing(path: Path) -> str:
     return digest.hexdigest()
 
 
-def chapter_basis(params: dict[str, Any], keys: list[str], code: str, base: Path) -> dict[str, Any]:
-    """What a chapter was computed from: code, the value of each parameter it read, the folders and files
-    they name (under ``folders``)."""
+def chapter_basis(params: dict[str, Any], keys: list[str], code: str, base: Path,
+                  parts: dict[str, str] | None = None) -> dict[str, Any]:
+    """What a chapter was computed from: code (and, under ``code_parts``, the digest of each part of the
+    package it counts), the value of each parameter it read, the folders and files they name (under
+    ``folders``)."""
     folders = sorted({str(f) for k in keys for f in named_paths(lookup(params, k), base)})
-    return {"code": code, "params": {k: sha256_json(lookup(params, k)) for k in keys},
-            "folders": {f: path_listing(Path(f)) for f in folders}}
+    basis = {"code": code, "params": {k: sha256_json(lookup(params, k)) for k in keys},
+             "folders": {f: path_listing(Path(f)) for f in folders}}
+    return basis if parts is None else {**basis, "code_parts": parts}
 
 
 # --------------------------------------------------------------------------- the chain's state
@@ -239,13 +322,21 @@ def record_sha256(run_dir: Path, record: str) -> str | None:
 
 
 def why_stale(run_dir: Path, record: str, notebook: Path, recorded: dict[str, Any] | None,
-              params: dict[str, Any], code: str, base: Path) -> str | None:
-    """``None`` when the chapter is fresh; otherwise the first reason it must run, in words."""
+              params: dict[str, Any], code: str, base: Path,
+              parts: dict[str, str] | None = None) -> str | None:
+    """``None`` when the chapter is fresh; otherwise the first reason it must run, in words.  ``parts``:
+    the digests of the package parts the recorded chapter counted, as they are now (names what moved)."""
     if recorded is None:
         return "it has not finished in this run folder"
     if not notebook.exists():
         return f"its executed notebook {notebook.name} is missing"
     if recorded["code"] != code:
+        before = recorded.get("code_parts")
+        moved = [] if before is None or parts is None else sorted(
+            p for p in set(before) | set(parts) if before.get(p) != parts.get(p))
+        if moved:
+            return "the code it imports changed (" + ", ".join(
+                p if p.endswith(".py") else f"{p}/" for p in moved) + ")"
         return "the code (package, notebook or library versions) changed"
     changed = sorted(k for k, sha in recorded["params"].items() if sha256_json(lookup(params, k)) != sha)
     if changed:

@@ -154,14 +154,88 @@ def test_code_fingerprint_follows_the_notebook_and_the_package_but_not_the_profi
     shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
     notebook = tmp_path / "01.ipynb"
     notebook.write_text("{}")
-    first = freshness.code_fingerprint(package, notebook)
+
+    def code(imported: list[str] | None = None) -> str:
+        return freshness.code_fingerprint(freshness.code_parts(freshness.package_digests(package), imported),
+                                          notebook)
+
+    first = code()
     notebook.write_text('{"cells": []}')
-    second = freshness.code_fingerprint(package, notebook)
+    second = code()
     assert second != first
     (package / "profiles" / "default.yaml").write_text("seed: 1\n")   # values are compared as parameters
-    assert freshness.code_fingerprint(package, notebook) == second
+    assert code() == second
     (package / "core" / "metrics.py").write_text("# changed\n")
-    assert freshness.code_fingerprint(package, notebook) != second
+    assert code() != second
+
+
+def test_a_chapter_counts_the_folders_it_imported_core_and_the_top_level_modules(tmp_path):
+    import shutil
+
+    package = tmp_path / "pkg"
+    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    notebook = tmp_path / "01.ipynb"
+    notebook.write_text("{}")
+
+    def parts(imported: list[str] | None) -> dict[str, str]:
+        return freshness.code_parts(freshness.package_digests(package), imported)
+
+    counted = parts(["corpus"])
+    assert {"core", "corpus", "__init__.py", "book.py"} <= set(counted) and "field" not in counted
+    everything = {p.name for p in package.iterdir() if p.name not in ("__pycache__", "profiles")}
+    assert set(parts(None)) == everything
+    before = freshness.code_fingerprint(counted, notebook)
+    (package / "field" / "transfer.py").write_text("# changed\n")     # a folder the chapter never imported
+    assert freshness.code_fingerprint(parts(["corpus"]), notebook) == before
+    (package / "corpus" / "figures.py").write_text("# changed\n")     # one it did
+    assert freshness.code_fingerprint(parts(["corpus"]), notebook) != before
+    (package / "card" / "templates" / "card.md.j2").write_text("changed")   # a folder counts whole
+    shipped = freshness.code_parts(freshness.package_digests(PACKAGE), ["card"])
+    assert parts(["card"])["card"] != shipped["card"]
+    assert parts(["gone"])["gone"] == "absent"
+
+
+def test_imports_are_noted_by_folder_only_inside_a_book_kernel(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    probe = ("import cropcop_utils\n"
+             "from cropcop_utils.corpus import taxonomy\n"
+             "import cropcop_utils.book\n")
+
+    def run(env: dict[str, str]) -> None:
+        done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **env}, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    monkeypatch.delenv(freshness.CHAPTER_ENV, raising=False)
+    monkeypatch.delenv(freshness.RUN_DIR_ENV, raising=False)
+    run({})
+    assert freshness.code_read(tmp_path, "corpus") is None
+    run({freshness.CHAPTER_ENV: "corpus", freshness.RUN_DIR_ENV: str(tmp_path)})
+    noted = freshness.code_read(tmp_path, "corpus")
+    assert noted is not None and {"core", "corpus"} <= set(noted) and "field" not in noted
+    assert all((PACKAGE / folder).is_dir() for folder in noted)   # folders: top-level modules always count
+    run({freshness.CHAPTER_ENV: "corpus", freshness.RUN_DIR_ENV: str(tmp_path)})   # a second process appends
+    assert freshness.code_read(tmp_path, "corpus") == noted
+    freshness.forget_reads(tmp_path, "corpus")
+    assert freshness.code_read(tmp_path, "corpus") is None
+
+
+def test_a_stale_chapter_names_the_part_of_the_package_that_moved(tmp_path):
+    basis, _ = _finished_chapter(tmp_path)
+    params = {"seed": 0, "data": str(tmp_path / "lab"), "training": {"epochs": 3}}
+    then = {"__init__.py": "a", "core": "b", "corpus": "c"}
+    keys = ["data", "seed", "training.epochs"]
+    basis = {**basis, **freshness.chapter_basis(params, keys, "code-1", tmp_path, then)}
+    assert basis["code_parts"] == then
+    assert _why(tmp_path, basis, params, "code-1") is None
+    now = {**then, "corpus": "c2"}
+    assert freshness.why_stale(tmp_path, "corpus/corpus.json", tmp_path / "book" / "01_corpus.ipynb", basis,
+                               params, "code-2", tmp_path, now) == "the code it imports changed (corpus/)"
+    assert freshness.why_stale(tmp_path, "corpus/corpus.json", tmp_path / "book" / "01_corpus.ipynb", basis,
+                               params, "code-2", tmp_path, then) == \
+        "the code (package, notebook or library versions) changed"
 
 
 def test_the_runner_may_change_profile_parameters_but_not_what_the_run_is_about(tmp_path):

@@ -103,9 +103,16 @@ def test_an_edited_split_file_or_other_configuration_is_refused(runs):
         train.train_model(ctx, "reference", progress=False)
 
 
-def test_chapter_trains_the_compact_model_from_the_reference_and_records_everything(runs):
+@pytest.fixture(scope="module")
+def chapter_run(runs):
+    """Chapter 5 run once, in one process, on a copy of run ``a``: its record and the run it wrote (the
+    two-process test compares its record with this one)."""
     ctx = _copy(runs, "chapter")
-    record = train.run_chapter(ctx, progress=False)
+    return ctx, train.run_chapter(ctx, progress=False)
+
+
+def test_chapter_trains_the_compact_model_from_the_reference_and_records_everything(runs, chapter_run):
+    ctx, record = chapter_run
     ref, comp = record["models"]["reference"], record["models"]["compact"]
     assert ref["checkpoint_sha256"] == sha256_file(runs.a.run_dir / "training/reference/best.pt")
     assert comp["teacher"]["checkpoint_sha256"] == ref["checkpoint_sha256"]
@@ -151,10 +158,10 @@ def _shape(value):
     return type(value).__name__ if value is not None else None
 
 
-def test_the_chapter_launches_torchrun_when_the_profile_asks_for_two_processes(runs, tmp_path):
+def test_the_chapter_launches_torchrun_when_the_profile_asks_for_two_processes(chapter_run, tmp_path):
     from train_fixtures import TINY_TRAINING
 
-    single = train.run_chapter(_copy(runs, "one-process"), progress=False)
+    one_process, single = chapter_run
     ctx = build_run(tmp_path, "two", training={**TINY_TRAINING, "processes": 2})
     record = train.run_chapter(ctx, progress=False)
     for regime in record["regimes"].values():
@@ -166,8 +173,8 @@ def test_the_chapter_launches_torchrun_when_the_profile_asks_for_two_processes(r
             assert "--nproc_per_node=2" in (folder / "torchrun.log").read_text()
             assert f"{regime['folder']}/{kind}/torchrun.log" in record["outputs"]
             rows = pd.read_parquet(folder / "predictions_test.parquet")
-            assert len(rows) == len(pd.read_parquet(runs.a.run_dir.parent / "one-process" / regime["folder"]
-                                                    / kind / "predictions_test.parquet"))
+            assert len(rows) == len(pd.read_parquet(one_process.run_dir / regime["folder"] / kind
+                                                    / "predictions_test.parquet"))
     assert _shape(record["figures"]) == _shape(single["figures"])
     assert _shape(record["regimes"]) == _shape(single["regimes"])
     assert {m["world_size"] for r in single["regimes"].values() for m in r["models"].values()} == {1}
