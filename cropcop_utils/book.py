@@ -251,9 +251,8 @@ def run_book(run_dir: str | os.PathLike, profile: str = "default", data: str = S
         for number, spec in enumerate(chain, start=1):
             notebook = NOTEBOOKS_DIR / f"{spec.notebook}.ipynb"
             recorded = states.get(spec.name)
-            # the parts of the package the chapter imported when it last ran (all of it, if not noted)
-            parts = freshness.code_parts(digests, None if recorded is None or "code_parts" not in recorded
-                                         else [p for p in recorded["code_parts"] if not p.endswith(".py")])
+            # the parts of the package the chapter counted when it last ran (all of it, if not noted)
+            parts = freshness.code_parts(digests, (recorded or {}).get("code_parts"))
             if stale_from is None:
                 stale_from = freshness.why_stale(
                     ctx.run_dir, spec.record, book_dir / f"{spec.notebook}.ipynb", recorded,

@@ -33,7 +33,7 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -78,13 +78,8 @@ class ReadParams(dict):
         self._write([self._prefix[:-1]] if self._prefix else list(dict.keys(self)))
 
     def _write(self, keys: list[str]) -> None:
-        new = [k for k in keys if k not in self._noted]
-        if not new or self._sink is None:
-            return
-        self._noted.update(new)
-        Path(self._sink).parent.mkdir(parents=True, exist_ok=True)
-        with open(self._sink, "a", encoding="utf-8") as handle:
-            handle.write("".join(f"{k}\n" for k in new))
+        if self._sink is not None:
+            _append_new(Path(self._sink), keys, self._noted)
 
     def _value(self, key: str, value: Any) -> Any:
         if isinstance(value, dict) and not self._prefix:  # a section: its keys are noted one by one
@@ -162,10 +157,26 @@ def lookup(params: dict[str, Any], key: str) -> Any:
     return value
 
 
+def _append_new(sink: Path, lines: list[str], noted: set[str]) -> None:
+    """Append the lines not yet in ``noted`` to ``sink`` (``O_APPEND``: worker processes that note into
+    the same file add to it)."""
+    new = [line for line in lines if line not in noted]
+    if not new:
+        return
+    noted.update(new)
+    sink.parent.mkdir(parents=True, exist_ok=True)
+    with open(sink, "a", encoding="utf-8") as handle:
+        handle.write("".join(f"{line}\n" for line in new))
+
+
 # --------------------------------------------------------------------------- what a chapter came from
-def keys_read(run_dir: str | os.PathLike, chapter: str) -> list[str]:
-    path = Path(run_dir) / READS_DIR / f"{chapter}.params-read"
+def _noted(run_dir: str | os.PathLike, chapter: str, kind: str) -> list[str]:
+    path = Path(run_dir) / READS_DIR / f"{chapter}.{kind}"
     return sorted({line for line in path.read_text().splitlines() if line}) if path.exists() else []
+
+
+def keys_read(run_dir: str | os.PathLike, chapter: str) -> list[str]:
+    return _noted(run_dir, chapter, "params-read")
 
 
 def forget_reads(run_dir: str | os.PathLike, chapter: str) -> None:
@@ -183,14 +194,9 @@ class _ImportNotes(importlib.abc.MetaPathFinder):
 
     def note(self, module: str) -> None:
         parts = module.split(".")
-        if parts[0] != self.package.name or len(parts) < 2 or parts[1] in self.noted:
-            return
-        if not (self.package / parts[1]).is_dir():   # a top-level module: always counted
-            return
-        self.noted.add(parts[1])
-        self.sink.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.sink, "a", encoding="utf-8") as handle:   # O_APPEND: workers add to the same file
-            handle.write(f"{parts[1]}\n")
+        # a top-level module is not a folder: every chapter counts those anyway
+        if parts[0] == self.package.name and len(parts) > 1 and (self.package / parts[1]).is_dir():
+            _append_new(self.sink, [parts[1]], self.noted)
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
         self.note(fullname)
@@ -214,9 +220,7 @@ def note_imports(package: Path) -> None:
 
 def code_read(run_dir: str | os.PathLike, chapter: str) -> list[str] | None:
     """The package folders a chapter's kernel imported from (None: nothing was noted)."""
-    path = Path(run_dir) / READS_DIR / f"{chapter}.code-read"
-    folders = {line for line in path.read_text().splitlines() if line} if path.exists() else set()
-    return sorted(folders) or None
+    return _noted(run_dir, chapter, "code-read") or None
 
 
 def package_digests(package: Path) -> dict[str, str]:
@@ -238,9 +242,9 @@ def package_digests(package: Path) -> dict[str, str]:
     return digests
 
 
-def code_parts(digests: dict[str, str], imported: list[str] | None) -> dict[str, str]:
-    """The parts of the package a chapter's code is: the top-level modules, ``core`` and the folders it
-    imported from (every part when ``imported`` is None); a folder that is gone counts as ``absent``."""
+def code_parts(digests: dict[str, str], imported: Iterable[str] | None) -> dict[str, str]:
+    """The parts of the package a chapter's code is: the top-level modules, ``core`` and the parts it
+    imported from (every part when ``imported`` is None); a part that is gone counts as ``absent``."""
     if imported is None:
         return dict(sorted(digests.items()))
     wanted = {p for p in digests if p.endswith(".py")} | set(ALWAYS_IMPORTED) | set(imported)
