@@ -89,6 +89,9 @@ def curve_headline(facts: dict[str, Any]) -> str:
     lines.append(f"Field-train holds {field['train_rows']} train photos ({per_class}); a class with fewer "
                  "than k gives all it has (the table's smallest per-class count). The cohort: "
                  f"{facts['cohort']['n']} photos, never trained or selected on.")
+    for k, note in (facts.get("finetune") or {}).get("reused", {}).items():
+        lines.append(f"The fine-tuned point at k = {k} was not trained again: it is "
+                     f"{note.removeprefix('reused: ')}.")
     return "\n".join(lines)
 
 

@@ -8,6 +8,12 @@ the run's reference learned from lab photos only, and a teacher that fails in th
 student back towards the lab.  Checkpoints live in ``field/curve/finetune_k<k>/`` (a rerun resumes or
 reuses a finished one, as chapter 5 does).  The best checkpoint is scored on the field cohort and, through
 the locked-test door, on the lab test rows.
+
+A point that chapter 5 has already trained is read, not trained again: a k that draws every field-train
+photo, when the run's field-adapted compact model was trained with this recipe on those rows (the checkpoint's
+recorded configuration and split fingerprints say so), and k = 0 from the baseline compact model when
+``reuse_baseline_at_zero`` asks.  Such a point's scores come from chapter 5's lab test predictions and
+chapter 10's predictions of the cohort.
 """
 
 from __future__ import annotations
@@ -109,34 +115,91 @@ def finetune_points(sets: dict[str, pd.DataFrame], roots: dict[str, Any], class_
     return rows
 
 
-def baseline_at_zero(ctx: RunContext, ch: Chapter, cohort: pd.DataFrame, root: Path, class_names: list[str],
-                     params: dict[str, Any], spec: ImageSpec, n_lab: int,
-                     batch: int) -> dict[str, Any] | None:
-    """k = 0 from the run's baseline compact model, when the run trains the baseline regime: its recorded
-    lab test predictions (no new test read) and its predictions on the cohort.  None without one."""
-    from ..training import regimes
+def recorded_point(ctx: RunContext, ch: Chapter, regime: Any, cohort: pd.DataFrame, class_names: list[str],
+                   params: dict[str, Any], k: int, counts: dict[str, int], n_lab: int,
+                   note: str) -> dict[str, Any] | None:
+    """The point of a compact model chapter 5 trained for ``regime``, read from what the chain recorded:
+    its best checkpoint, chapter 5's lab test predictions (no new test read) and chapter 10's predictions
+    of the same cohort.  None when any is missing or belongs to another model state."""
     from ..training.settings import model_dir
+
+    best = model_dir(ctx.run_dir, "compact", regime) / "best.pt"
+    test_rel = regime.path("training/compact/predictions_test.parquet")
+    field_rel = regime.path("field/predictions_compact.parquet")
+    if not (best.exists() and ch.path(test_rel).exists() and ch.path(field_rel).exists()):
+        return None
+    sha = sha256_file(best)
+    test, field = ch.read_parquet(test_rel), ch.read_parquet(field_rel)
+    if (test["model_state"] != sha).any() or (field["model_state"] != sha).any():
+        return None
+    if len(field) != len(cohort) or set(field["row_id"]) != set(cohort["row_id"]):
+        return None
+    ch.inputs[str(best.relative_to(ctx.run_dir))] = sha
+    pred = field.set_index("row_id").loc[cohort["row_id"], "pred"].to_numpy()
+    return curve_row(FINETUNE, k, 0, counts, n_lab, scored_cohort(cohort, pred, class_names, params),
+                     scored(test["label"].to_numpy(), test["pred"].to_numpy(), class_names, params),
+                     sha, None, note)
+
+
+def baseline_at_zero(ctx: RunContext, ch: Chapter, cohort: pd.DataFrame, class_names: list[str],
+                     params: dict[str, Any], n_lab: int) -> dict[str, Any] | None:
+    """k = 0 from the run's baseline compact model, when the run trains the baseline regime.  None
+    without one."""
+    from ..training import regimes
 
     found = [r for r in regimes.of_run(ctx) if r.name == regimes.BASELINE]
     if not found:
         return None
-    regime = found[0]
-    best = model_dir(ctx.run_dir, "compact", regime) / "best.pt"
-    record = regime.path("training/compact/predictions_test.parquet")
-    if not best.exists() or not ch.path(record).exists():
-        return None
-    sha = sha256_file(best)
-    test = ch.read_parquet(record)
-    if (test["model_state"] != sha).any():
-        return None
-    ch.inputs[str(best.relative_to(ctx.run_dir))] = sha
-    field = predictions(load_model(best), cohort, root, spec, batch, sha)
-    return curve_row(FINETUNE, 0, 0, dict.fromkeys(class_names, 0), n_lab,
-                     scored_cohort(cohort, field["pred"].to_numpy(), class_names, params),
-                     scored(test["label"].to_numpy(), test["pred"].to_numpy(), class_names, params),
-                     sha, None,
-                     "reused: the run's baseline compact model (chapter 5's recipe: distilled from the "
-                     "reference, selected on lab val only)")
+    return recorded_point(ctx, ch, found[0], cohort, class_names, params, 0, dict.fromkeys(class_names, 0),
+                          n_lab, "reused: the run's baseline compact model (chapter 5's recipe: distilled "
+                                 "from the reference, selected on lab val only)")
+
+
+def same_training(best: Path, job_args: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether the checkpoint ``best`` was trained as a point of ``job_args`` and ``config`` would be: the
+    same weight-determining configuration (:meth:`Job.fingerprinted_config`, the regime's own label
+    aside), the same number of training and validation rows, and the same split files
+    (``job_args["data_fingerprints"]``: chapter 5 records the split's)."""
+    from ..core import checkpoint as ckpt
+    from ..training.job import Job, resolve_amp, resolve_device
+
+    job = Job(kind="compact", config=config, **job_args)
+    device = resolve_device(config, job.env)
+    wanted = job.fingerprinted_config(device.type, resolve_amp(config, device))
+    state = ckpt.load(best)
+    trained = {key: value for key, value in dict(state.get("config") or {}).items() if key != "regime"}
+    return trained == wanted and state.get("data_fingerprints") == job_args["data_fingerprints"]
+
+
+def adapted_points(ctx: RunContext, ch: Chapter, sets: dict[str, pd.DataFrame], class_names: list[str],
+                   params: dict[str, Any], config: dict[str, Any], spec: ImageSpec,
+                   split_fingerprints: dict[str, str]) -> list[dict[str, Any]]:
+    """The points whose draw is every field-train photo, read from the run's field-adapted compact model
+    when chapter 5 trained it with the curve's recipe on the same rows (lab train + the whole field-train
+    pool, selected on the same lab val + field val): training that model again would repeat chapter 5."""
+    from ..training import regimes
+    from ..training.settings import model_dir
+
+    found = [r for r in regimes.of_run(ctx) if r.name == regimes.FIELD_ADAPTED]
+    lab, pool = sets["lab_train"], sets["field_pool"]
+    rows = []
+    for k in params["finetune"]["k"]:
+        drawn = draw_field_rows(pool, k, int(params["seed"]), 0)
+        if not found or not len(pool) or len(drawn) != len(pool):
+            continue
+        best = model_dir(ctx.run_dir, "compact", found[0]) / "best.pt"
+        args = {"spec": spec, "corpus_root": ctx.source_roots, "train_rows": pd.concat([lab, drawn]),
+                "val_rows": sets["val"], "class_names": list(class_names),
+                "data_fingerprints": split_fingerprints, "out_dir": best.parent}
+        if not best.exists() or not same_training(best, args, config):
+            continue
+        row = recorded_point(ctx, ch, found[0], sets["cohort"], class_names, params, k,
+                             per_class_counts(drawn, class_names), len(lab),
+                             "reused: the run's field-adapted compact model (chapter 5 trained this recipe "
+                             "on the same rows: lab train + every field-train photo)")
+        if row is not None:
+            rows.append(row)
+    return rows
 
 
 def finetune_curve(ctx: RunContext, ch: Chapter, frozen: Any, pool: pd.DataFrame, cohort: pd.DataFrame,
@@ -148,37 +211,46 @@ def finetune_curve(ctx: RunContext, ch: Chapter, frozen: Any, pool: pd.DataFrame
     names = frozen.class_names
     spec = ImageSpec.from_section(ctx.section("image"))
     config = curve_config(ctx.section("training"), dict(params["finetune"]["overrides"] or {}))
-    ks = list(params["finetune"]["k"])
-    rows: list[dict[str, Any]] = []
-    reused = None
-    if 0 in ks and params["finetune"]["reuse_baseline_at_zero"]:
-        reused = baseline_at_zero(ctx, ch, cohort, root, names, params, spec, len(frozen.rows_for("train")),
-                                  int(config["eval_batch_size"]))
-        if reused is not None:
-            rows.append(reused)
-            ks.remove(0)
     train = frozen.rows_for("train", field_train=True)
     sets = {"lab_train": train[train["source"] == LAB], "field_pool": pool,
             "val": frozen.rows_for("val", field_train=True), "cohort": cohort}
+    ks = list(params["finetune"]["k"])
+    rows: list[dict[str, Any]] = []
+    if 0 in ks and params["finetune"]["reuse_baseline_at_zero"]:
+        zero = baseline_at_zero(ctx, ch, cohort, names, params, len(sets["lab_train"]))
+        rows += [] if zero is None else [zero]
+    rows += adapted_points(ctx, ch, sets, names, _with_k(params, [k for k in ks if k not in _ks(rows)]),
+                           config, spec, dict(frozen.split_json["fingerprints"]))
     roots = {"train": ctx.source_roots, "cohort": root, "test": ctx.corpus_root}
-    rows += finetune_points(sets, roots, names, {**params, "finetune": {**params["finetune"], "k": ks}},
+    rows += finetune_points(sets, roots, names, _with_k(params, [k for k in ks if k not in _ks(rows)]),
                             config, spec, ch.path(FOLDER), read_test, progress)
+    rows.sort(key=lambda row: ks.index(row["k"]))
+    reused = {row["k"]: row["note"] for row in rows if row["note"].startswith("reused")}
     for row in rows:
-        if row["note"] is None or not row["note"].startswith("reused"):
+        if row["k"] not in reused:
             for name in ("best.pt", "history.parquet"):
                 ch.record_output(f"{FOLDER}/finetune_k{row['k']}/{name}")
     return rows, {
         "enabled": True, "k": list(params["finetune"]["k"]),
-        "k_zero": "reused the run's baseline compact model" if reused is not None else "trained",
-        "recipe": {key: config[key] for key in ("arch", "weights", "epochs", "batch_size", "lr",
-                                                "weight_decay", "warmup_epochs", "label_smoothing", "ema",
-                                                "augment", "imbalance")},
+        "k_zero": "reused the run's baseline compact model" if 0 in reused else "trained",
+        "reused": {str(k): note for k, note in reused.items()},
+        "recipe": {key: config[key] for key in ("arch", "weights", "epochs", "frozen_groups", "batch_size",
+                                                "lr", "weight_decay", "warmup_epochs", "label_smoothing",
+                                                "ema", "augment", "imbalance")},
         "overrides": dict(params["finetune"]["overrides"] or {}),
         "distillation": NO_DISTILL,
         "selection": "best epoch on lab val + field val macro-F1 (chapter 5's rule)",
         "val_rows": len(sets["val"]), "draw": 0,
         "weights": _weights(config),
     }
+
+
+def _ks(rows: list[dict[str, Any]]) -> set[int]:
+    return {row["k"] for row in rows}
+
+
+def _with_k(params: dict[str, Any], ks: list[int]) -> dict[str, Any]:
+    return {**params, "finetune": {**params["finetune"], "k": ks}}
 
 
 def _weights(config: dict[str, Any]) -> dict[str, Any] | None:

@@ -83,6 +83,11 @@ def test_smallest_k_reads_the_mean_over_draws_and_says_not_reached():
     assert [p["k"] for p in by_k] == [0, 10, 25] and by_k[1]["field_accuracy"] == pytest.approx(0.81)
     assert by_k[1]["field_accuracy_draw_min"] == pytest.approx(0.78)
     assert list(curve_figures.curve_table(facts)["k"]) == [0, 10, 25]
+    assert "not trained again" not in text
+    reused = {"500": "reused: the run's field-adapted compact model (chapter 5 trained it)"}
+    text = curve_figures.curve_headline({**facts, "finetune": {"reused": reused}})
+    assert ("The fine-tuned point at k = 500 was not trained again: it is the run's field-adapted compact "
+            "model (chapter 5 trained it).") in text
     assert isinstance(curve_figures.learning_curve_figure(facts["by_k"], facts["params"]), Figure)
     json.dumps(facts, allow_nan=False)
 
@@ -189,6 +194,27 @@ def test_finetune_points_train_score_and_read_the_test_split_through_the_door(tm
     assert (tmp_path / "out/finetune_k4/best.pt").exists() and all(r["seconds"] > 0 for r in rows)
     assert all(0 <= r["field_accuracy"] <= 1 and r["lab_test_macro_f1"] is not None for r in rows)
     assert all(r["n_no_relative"] == 6 for r in rows)
+
+
+def test_same_training_knows_a_checkpoint_of_this_recipe_on_these_rows_only(tmp_path):
+    lab = _pool({"rot": 6, "scab": 6}).assign(rel_path=lambda f: "lab/" + f["rel_path"])
+    _images(tmp_path, lab, 0)
+    training = {"compact_weights": None, "compact": {"arch": "test_resnet", "epochs": 1, "batch_size": 8,
+                                                      "checkpoint_every": 0}}
+    config = curve_finetune.curve_config(training, {})
+    args = {"spec": ImageSpec(size=32, mean=(0.5,) * 3, std=(0.5,) * 3), "corpus_root": tmp_path,
+            "train_rows": lab, "val_rows": lab.iloc[:4], "class_names": NAMES,
+            "data_fingerprints": {"split/split.parquet": "a"}, "out_dir": tmp_path / "adapted",
+            "progress": False}
+    # chapter 5 labels a regime's model with its regime: not part of the recipe
+    best, _ = curve_finetune.train_point(args, {**config, "regime": {"name": "field_adapted"}})
+    assert curve_finetune.same_training(best, args, config)
+    assert not curve_finetune.same_training(best, {**args, "data_fingerprints": {"split/split.parquet": "b"}},
+                                            config)
+    assert not curve_finetune.same_training(best, {**args, "train_rows": lab.iloc[:10]}, config)
+    assert not curve_finetune.same_training(best, args, {**config, "epochs": 2})
+    assert not curve_finetune.same_training(best, args, {**config, "distill": {**config["distill"],
+                                                                               "enabled": True}})
 
 
 def _class_images(root, rel_paths, class_names, tint: int) -> None:

@@ -141,3 +141,32 @@ def test_the_field_adapted_regime_runs_the_chain_beside_the_baseline(apple_field
     assert cohort["regimes"]["field_adapted"]["pte"] == field["states"]["pte"]["field"]
     assert f"`{cohort['name']}` (in-source)" in card_text
     assert "no field cohort from another source" in card_text
+
+
+@pytest.mark.slow
+def test_the_learning_curve_reads_chapter_5s_models_instead_of_training_them_again(apple_field_smoke_book):
+    """smoke_field trains the field-adapted compact model with the curve's recipe and asks for k = 0 from the
+    baseline: the curve's point that draws every field-train photo is the shipped compact model and k = 0
+    the baseline's, each scored from chapters 5 and 10's records, and no fine-tune runs."""
+    from cropcop_utils.core.evidence import sha256_file
+    from cropcop_utils.field import curve, curve_draws
+
+    run = Path(apple_field_smoke_book["run_dir"])
+    record = json.loads((run / "field/curve.json").read_text())
+    field = json.loads((run / "field/field.json").read_text())
+    table = pd.read_parquet(run / curve.CURVE).set_index(["learner", "k"])
+    full, zero = table.loc[(curve_draws.FINETUNE, 500)], table.loc[(curve_draws.FINETUNE, 0)]
+    assert full["note"].startswith("reused: the run's field-adapted compact model")
+    assert zero["note"].startswith("reused: the run's baseline compact model")
+    assert record["finetune"]["reused"] == {"0": zero["note"], "500": full["note"]}
+    assert record["finetune"]["k_zero"] == "reused the run's baseline compact model"
+    assert full["model_state"] == sha256_file(run / "training/compact/best.pt")
+    assert zero["model_state"] == sha256_file(run / "training/baseline/compact/best.pt")
+    assert full["n_field"] == record["field_train"]["train_rows"] and zero["n_field"] == 0
+    assert pd.isna(full["seconds"]) and pd.isna(zero["seconds"]) and not (run / "field/curve").exists()
+    # the same figures chapter 10 measured for those models on the same cohort
+    states = {"500": field["states"]["compact"], "0": field["regimes"]["baseline"]["states"]["compact"]}
+    for point, entry in (("500", full), ("0", zero)):
+        measured = states[point]
+        assert entry["field_accuracy"] == pytest.approx(measured["field"]["accuracy"]["value"]), point
+        assert entry["lab_test_macro_f1"] == pytest.approx(measured["lab_test"]["macro_f1"]["value"]), point
