@@ -8,8 +8,8 @@ the tomato Lite0 graph: convolutions 18 %).  ``executable`` rewrites a copy of t
 
 - each constant weight is dequantised once, when the graph is loaded, with the graph's own op;
 - each activation's quantize -> dequantize pair becomes one call of :func:`quantize_dequantize`, which
-  performs the same float32 operations in the same order, in place, without the int8 round trip
-  (exact: the values cast are integers within the int8 range).
+  gives the same float32 values in place, without the int8 round trip (exact: the values cast are
+  integers within the int8 range).
 
 No fused library kernel does this exactly: ``torch.fake_quantize_per_tensor_affine`` rounds
 ``x * inv_scale + zero_point`` with a float32 ``1 / scale``, which differs from the decomposed ops in the
@@ -39,12 +39,15 @@ def _ops() -> tuple[Any, Any, Any]:
 
 def quantize_dequantize(x: torch.Tensor, scale: float, zero_point: int, quant_min: int,
                         quant_max: int) -> torch.Tensor:
-    """``dequantize_per_tensor(quantize_per_tensor(x, ...), ...)`` computed in place, bit for bit."""
+    """``dequantize_per_tensor(quantize_per_tensor(x, ...), ...)`` bit for bit, in four passes over x."""
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.to(torch.float32)
-    t = torch.round(x * (1.0 / scale))
-    t.add_(zero_point).clamp_(quant_min, quant_max)
-    return t.sub_(zero_point).mul_(scale)
+    t = x.mul(1.0 / scale)
+    # clamp(round(.) + zp, min, max) - zp as one clamp to [min - zp, max - zp]: the same floats (the rounded
+    # values are integers; where adding zp would round, |value| > 2**24, both clamp to the same bound) in
+    # two passes over the activation fewer
+    t.round_().clamp_(quant_min - zero_point, quant_max - zero_point)
+    return t.mul_(scale)
 
 
 def _constant(gm: torch.fx.GraphModule, arg: Any) -> Any:

@@ -59,6 +59,6 @@ def test_quantize_dequantize_matches_the_decomposed_ops_on_rounding_edges():
     # values at and around every rounding boundary, and far outside the int8 range
     grid = (torch.arange(-300, 300, dtype=torch.float32) + 0.5) * scale
     x = torch.cat([grid, torch.nextafter(grid, grid + 1), torch.nextafter(grid, grid - 1),
-                   torch.tensor([1e6, -1e6, 0.0, -0.0])])
+                   torch.tensor([1e6, -1e6, 3e38, -3e38, float("inf"), float("-inf"), 0.0, -0.0])])
     expected = dq(q(x, scale, zero_point, -128, 127, torch.int8), scale, zero_point, -128, 127, torch.int8)
     assert torch.equal(int8_graph.quantize_dequantize(x, scale, zero_point, -128, 127), expected)
