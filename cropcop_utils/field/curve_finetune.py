@@ -65,12 +65,12 @@ def train_point(job_args: dict[str, Any], config: dict[str, Any]) -> tuple[Path,
 
 def load_model(path: Path) -> Any:
     from ..core import checkpoint as ckpt
-    from ..nets.models import create_model
+    from ..nets.models import create_model, for_inference
 
     state = ckpt.load(path)
     model = create_model(state["arch"], int(state["num_classes"]))
     model.load_state_dict(state["model"])
-    return model.eval()
+    return for_inference(model)
 
 
 def predictions(model: Any, rows: pd.DataFrame, root: Any, spec: ImageSpec, batch: int,

@@ -93,6 +93,16 @@ def _create(arch: str, num_classes: int, weights: str | os.PathLike | None, pret
         raise WeightsFileError(f"cannot load {path} into {name}: {error}") from error
 
 
+def for_inference(model: nn.Module) -> nn.Module:
+    """``model`` in eval mode with its weights in channels-last order, as the trainer keeps them.
+
+    oneDNN's convolutions run channels-last on a CPU: float inference on this 2-core host went 1.3x
+    (test_efficientnet, 48 px) to 1.9x (tf_efficientnet_lite0, 128 px) faster; the logits equal the
+    trainer's validation pass (channels-last too) and differ from NCHW order by float rounding only.
+    Not for a model about to be exported: the exported graph would carry the layout."""
+    return model.eval().to(memory_format=torch.channels_last)
+
+
 def freeze_leading_groups(model: nn.Module, groups: int) -> list[str]:
     """Freeze the first ``groups`` of timm's coarse layer groups (the stem, then one per stage): their
     weights get no gradient and their batch norms keep the pretrained statistics.  Returns the frozen

@@ -75,7 +75,9 @@ def load_state(ch: Chapter, name: str, n_classes: int, regime: Any = None) -> Lo
         raise ValueError(f"unknown model state {name!r}; states are {', '.join(STATE_FILES)}")
     rel_path = STATE_FILES[name] if regime is None else regime.path(STATE_FILES[name])
     if name in ("reference", "compact"):
-        model, _ = load_float(ch, rel_path, n_classes)
+        from .models import for_inference
+
+        model = for_inference(load_float(ch, rel_path, n_classes)[0])
         return LoadedState(name, model, ch.inputs[rel_path], module=model)
     if name == "int8":
         from . import int8_graph

@@ -248,7 +248,10 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
     # (loading contract, batching) reproduces it.
     # Val is scored three times (float, each candidate): decoded once (data.SquareCache), test never cached.
     val_cfg = replace(cfg, cache=True)
-    rescored = predict.predict(model, val_rows, val_cfg, compact_sha, desc="float val")
+    # channels-last input, as training scored it (nets.models.for_inference), the weights left as they are:
+    # this model is exported next
+    rescored = predict.predict(model, val_rows, replace(val_cfg, channels_last=True), compact_sha,
+                               desc="float val")
     reproduced = agreement(rescored["pred"], float_val["pred"])
 
     with ch.native_output(at(NATIVE_LOG)):  # torch / ExecuTorch notices at import go to the log, not the book

@@ -11,6 +11,7 @@ from cropcop_utils.nets.models import (
     count_params,
     create_model,
     distillation_loss,
+    for_inference,
     freeze_leading_groups,
     weights_source,
 )
@@ -148,3 +149,21 @@ def test_freezing_every_group_or_a_model_without_groups_is_refused():
         freeze_leading_groups(create_model("test_efficientnet", 3), 99)
     with pytest.raises(ValueError, match="group_matcher"):
         freeze_leading_groups(torch.nn.Sequential(torch.nn.Linear(2, 2)), 1)
+
+
+def test_a_model_for_inference_is_channels_last_and_computes_the_trainers_logits():
+    # The trainer runs channels-last; for_inference gives every scoring pass that layout, so a record
+    # scored after training computes what the trainer's validation pass computed, bit for bit.
+    torch.manual_seed(0)
+    model = create_model("test_efficientnet", 5).train()
+    images = torch.randn(4, 3, 48, 48)
+    with torch.inference_mode():
+        as_trained = model.eval()(images.contiguous(memory_format=torch.channels_last))
+        nchw = model(images)
+        scoring = for_inference(model)
+        assert scoring is model and not scoring.training
+        conv = next(m for m in scoring.modules() if isinstance(m, torch.nn.Conv2d))
+        assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+        logits = scoring(images)
+    assert torch.equal(logits, as_trained)
+    torch.testing.assert_close(logits, nchw, rtol=1e-4, atol=1e-5)  # the layouts differ by rounding only
