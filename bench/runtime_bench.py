@@ -86,6 +86,10 @@ def main() -> None:
              "state_path": str(state_path)},
             device_spec={**common, "kind": "pte", "path": str(device_path),
                          "sha256": sha256_bytes(device_data), "batch": args.device_batch})
+        # the eager model in channels-last order too (the order the book trains and scores in): a fairer
+        # float baseline than the NCHW one the chapter keeps
+        last = runtime.measure({**common, "kind": "eager", "arch": args.arch, "num_classes": args.num_classes,
+                                "state_path": str(state_path), "channels_last": True})
     ratios = runtime.latency_ratios(latency)
     rows = latency.set_index("kind")
 
@@ -117,6 +121,11 @@ def main() -> None:
     print(f"ratio device .pte / eager  p50 {ratios['device_p50_ratio']:.3f}   "
           f"p95 {ratios['device_p95_ratio']:.3f}   "
           f"memory {ratios['device_memory_ratio']:.3f}")
+    print(f"latency eager float, channels-last   p50 {last['p50_ms']:8.2f} ms   p95 {last['p95_ms']:8.2f} ms"
+          f"   peak memory above baseline {last['peak_above_baseline_mib']:8.1f} MiB")
+    for kind, label in (("pte", ".pte"), ("device_pte", "device .pte")):
+        print(f"ratio {label} / channels-last eager   p50 {rows.loc[kind, 'p50_ms'] / last['p50_ms']:.3f}   "
+              f"memory {rows.loc[kind, 'peak_above_baseline_mib'] / last['peak_above_baseline_mib']:.3f}")
     print(f"total               {time.perf_counter() - started:.0f} s")
 
 

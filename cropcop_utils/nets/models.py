@@ -97,9 +97,10 @@ def for_inference(model: nn.Module) -> nn.Module:
     """``model`` in eval mode with its weights in channels-last order, as the trainer keeps them.
 
     oneDNN's convolutions run channels-last on a CPU: float inference on this 2-core host went 1.3x
-    (test_efficientnet, 48 px) to 1.9x (tf_efficientnet_lite0, 128 px) faster; the logits equal the
-    trainer's validation pass (channels-last too) and differ from NCHW order by float rounding only.
-    Not for a model about to be exported: the exported graph would carry the layout."""
+    (test_efficientnet, 48 px) to 1.9x (tf_efficientnet_lite0, 128 px) faster.  The logits are those of a
+    channels-last input to the NCHW model, bit for bit, and differ from NCHW order by float rounding only
+    (top-1 unchanged on the apple field run: bench/float_inference_bench.py).  Not for a model about to be
+    exported: the exported graph would carry the layout."""
     return model.eval().to(memory_format=torch.channels_last)
 
 

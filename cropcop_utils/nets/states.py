@@ -4,7 +4,8 @@ The chapters after the runtime score images the chain never saw — field photog
 out-of-scope inputs — with the same four states the analysis compares.  This module is the one place
 that knows which file holds which state and how to execute it:
 
-- ``reference`` / ``compact``: the float checkpoints (``training/<kind>/best.pt``), eval mode;
+- ``reference`` / ``compact``: the float checkpoints (``training/<kind>/best.pt``), eval mode, channels-last
+  (:func:`.models.for_inference`: as the trainer ran them, and faster on a CPU);
 - ``int8``: the selected converted graph (``ptq/selected.pt2``);
 - ``pte``: the ExecuTorch program (``runtime/model.pte``), executed from its verified bytes.
 

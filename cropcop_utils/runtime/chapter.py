@@ -202,9 +202,10 @@ def latency_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Run inside a fresh process: load one model, time batch-1 calls, report peak memory.
 
     ``spec``: kind ("pte" | "eager"), image_size, warmup, runs, threads, seed, and for "pte" path +
-    sha256, for "eager" arch + num_classes + state_path (a state_dict file).  Memory: the resident-set
-    high-water mark is reset after the imports (Linux ``clear_refs``), so the peak counts loading and
-    running the model, not the import transients; where that is unsupported, ``ru_maxrss`` is used.
+    sha256, for "eager" arch + num_classes + state_path (a state_dict file) and optionally channels_last.
+    Memory: the resident-set high-water mark is reset after the imports (Linux ``clear_refs``), so the
+    peak counts loading and running the model, not the import transients; where that is unsupported,
+    ``ru_maxrss`` is used.
     """
     import gc
     import time
@@ -224,7 +225,8 @@ def latency_worker(spec: dict[str, Any]) -> dict[str, Any]:
     elif spec["kind"] == "eager":
         model = create_model(spec["arch"], int(spec["num_classes"])).eval()
         model.load_state_dict(torch.load(spec["state_path"], map_location="cpu", weights_only=True))
-        forward = model
+        # the chapter's baseline is the model as built (NCHW); bench/runtime_bench.py also times channels-last
+        forward = model.to(memory_format=torch.channels_last) if spec.get("channels_last") else model
     else:
         raise ValueError(f"unknown latency kind {spec['kind']!r}")
     size = int(spec["image_size"])
