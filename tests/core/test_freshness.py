@@ -74,6 +74,22 @@ def test_folder_listing_sees_a_file_added_or_rewritten(tmp_path):
     assert len({first, second, freshness.path_listing(tmp_path)}) == 3
 
 
+def test_a_folder_copied_again_with_new_times_is_the_same_input_and_a_same_size_edit_is_not(
+        tmp_path, monkeypatch):
+    # a fresh checkout of shared data gives every file a new modification time and the same bytes
+    (tmp_path / "a").mkdir()
+    photo = tmp_path / "a" / "1.jpg"
+    photo.write_bytes(b"leaf")
+    first = freshness.path_listing(tmp_path)
+    os.utime(photo, ns=(10**18, 10**18))
+    assert freshness.path_listing(tmp_path) == first
+    photo.write_bytes(b"stem")  # the same size: only the bytes (and, as an edit does, the time) moved
+    assert freshness.path_listing(tmp_path) != first
+    os.utime(photo, ns=(10**18, 10**18))  # even at the old time, a new process reads the new bytes
+    monkeypatch.setattr(freshness, "_CONTENT_DIGESTS", {})
+    assert freshness.path_listing(tmp_path) != first
+
+
 def test_named_paths_are_existing_folders_and_files_in_any_value(tmp_path):
     (tmp_path / "cohort").mkdir()
     (tmp_path / "review.csv").write_text("rel_path_a,rel_path_b,verdict\n")
