@@ -303,9 +303,7 @@ def path_listing(path: Path) -> str:
     if key not in _CONTENT_DIGESTS:
         digest = hashlib.sha256()
         for (rel, file), (_, size, _) in zip(files, stats, strict=True):
-            with open(file, "rb") as handle:
-                content = hashlib.file_digest(handle, "sha256").hexdigest()
-            digest.update(f"{rel}\0{size}\0{content}\n".encode())
+            digest.update(f"{rel}\0{size}\0{sha256_file(file)}\n".encode())
         _CONTENT_DIGESTS[key] = digest.hexdigest()
     return _CONTENT_DIGESTS[key]
 

@@ -96,11 +96,11 @@ def _create(arch: str, num_classes: int, weights: str | os.PathLike | None, pret
 def for_inference(model: nn.Module) -> nn.Module:
     """``model`` in eval mode with its weights in channels-last order, as the trainer keeps them.
 
-    oneDNN's convolutions run channels-last on a CPU: float inference on this 2-core host went 1.3x
-    (test_efficientnet, 48 px) to 1.9x (tf_efficientnet_lite0, 128 px) faster.  The logits are those of a
-    channels-last input to the NCHW model, bit for bit, and differ from NCHW order by float rounding only
-    (top-1 unchanged on the apple field run: bench/float_inference_bench.py).  Not for a model about to be
-    exported: the exported graph would carry the layout."""
+    oneDNN's convolutions run channels-last on a CPU: on the apple field run's models (192 px, 2 cores)
+    scoring, occlusion and Grad-CAM went 1.2x to 1.5x faster (bench/float_inference_bench.py), top-1
+    unchanged.  The logits are those of a channels-last input to the NCHW model, bit for bit, and differ
+    from NCHW order by float rounding only.  Not for a model about to be exported: the exported graph would
+    carry the layout."""
     return model.eval().to(memory_format=torch.channels_last)
 
 

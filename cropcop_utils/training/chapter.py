@@ -139,7 +139,7 @@ def score_model(ctx: RunContext, ch: Chapter, frozen: Any, kind: str, config: di
     device = "cuda" if config["device"] in ("auto", "cuda") and _cuda() else "cpu"
     model = create_model(state["arch"], int(state["num_classes"]))
     model.load_state_dict(state["model"])
-    for_inference(model).to(device)
+    model = for_inference(model).to(device)
     cfg = PredictConfig.from_ctx(ctx, batch_size=int(config["eval_batch_size"]),
                                  workers=int(config["workers"]), device=device, progress=progress)
     # val: the trainer's decoded squares of the same files, when it ran in this process (data.SquareCache)
