@@ -4,7 +4,7 @@ Builds MobileNetV4 Conv-Medium with a 120-way head (untrained weights: size and 
 the values), quantises it with the dynamic-activation, per-channel-weight XNNPACK candidate (the one the
 study selected), lowers it to an ExecuTorch program with the XNNPACK partitioner, and prints the
 program's size next to the study's 22.60 MiB, the size ratio to the prequantised state file, and the
-batch-1 latency of the .pte against the eager float model, each measured in a fresh subprocess.
+batch-1 latency of the .pte against the eager float model, each measured in a process of its own.
 
     .venv/bin/python bench/runtime_bench.py [--size 256] [--runs 30] [--threads 1] [--out DIR]
 """
@@ -25,6 +25,7 @@ from cropcop_utils.nets.int8_graph import load_program
 from cropcop_utils.nets.models import count_params, create_model
 from cropcop_utils.runtime import chapter as runtime
 from cropcop_utils.runtime import device
+from cropcop_utils.runtime import latency as timing
 
 STUDY_PTE_MIB = 22.5986      # the study's .pte
 STUDY_REDUCTION = 0.3192     # smaller than the prequantised state file
@@ -80,7 +81,7 @@ def main() -> None:
         state_path.write_bytes(state)
         common = {"image_size": args.size, "warmup": args.warmup, "runs": args.runs, "threads": args.threads,
                   "seed": 0}
-        latency = runtime.compare_latency(
+        latency = timing.compare_latency(
             {**common, "kind": "pte", "path": str(pte_path), "sha256": sha256_bytes(data)},
             {**common, "kind": "eager", "arch": args.arch, "num_classes": args.num_classes,
              "state_path": str(state_path)},
@@ -88,9 +89,9 @@ def main() -> None:
                          "sha256": sha256_bytes(device_data), "batch": args.device_batch})
         # the eager model in channels-last order too (the order the book trains and scores in): a fairer
         # float baseline than the NCHW one the chapter keeps
-        last = runtime.measure({**common, "kind": "eager", "arch": args.arch, "num_classes": args.num_classes,
+        last = timing.measure({**common, "kind": "eager", "arch": args.arch, "num_classes": args.num_classes,
                                 "state_path": str(state_path), "channels_last": True})
-    ratios = runtime.latency_ratios(latency)
+    ratios = timing.latency_ratios(latency)
     rows = latency.set_index("kind")
 
     print(f"model               {args.arch}, {args.num_classes} classes, {count_params(model):,} parameters, "

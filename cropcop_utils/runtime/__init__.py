@@ -2,7 +2,10 @@
 
 * :mod:`.chapter` — lowering (XNNPACK), the program written atomically and read back through its hash
   check (:mod:`cropcop_utils.nets.pte`), the test rows scored by the file, decision-by-decision
-  disagreements with the INT8 graph, and latency / peak memory in fresh subprocesses.
+  disagreements with the INT8 graph;
+* :mod:`.latency` — batch-1 latency and peak memory, each model in a process of its own;
+* :mod:`.device` — the program a device runs (a fixed small batch) and its comparison with the batched one;
+* :mod:`.outputs` — the program's second output (the pooled features chapter 11 reads).
 """
 
 from .chapter import classify_disagreement, lower, run_chapter

@@ -9,34 +9,31 @@ prediction record is new: the .pte never inherits the graph's metrics.
 
 Every test row whose top-1 decision differs between the INT8 graph and the .pte is listed with both
 predictions and margins and classed by :func:`classify_disagreement`.  Host latency (batch 1) and peak
-memory of the .pte and of the eager float model are each measured in a fresh subprocess: tracemalloc
-does not see native allocations, so memory is the resident-set high-water mark (reset after the imports,
-``ru_maxrss`` where it cannot be) minus the resident size just before the model was loaded.
+memory of the .pte, the device program and the eager float model are each measured in a process of
+their own (:mod:`.latency`).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
-from matplotlib.figure import Figure
 
-from ..core.config import REPO_ROOT, RunContext
+from ..core.config import RunContext
 from ..core.evidence import Chapter, FingerprintMismatch, atomic_write_bytes
 from ..nets.int8_graph import load_program
-from ..nets.pte import PTE, PteForward, load_verified_pte, verified_pte_bytes
+from ..nets.pte import PTE, PteForward, load_verified_pte
 from . import device, outputs
+from .latency import MIB, compare_latency, latency_ratios, plot_latency
 
 FOLDER = "runtime"
 TEST_RECORD = "runtime/predictions_test.parquet"
@@ -44,7 +41,6 @@ FEATURES_TEST = "runtime/features_test.parquet"  # the program's second output o
 DISAGREEMENTS = "runtime/disagreements.parquet"
 NATIVE_LOG = "runtime/native.log"  # what ExecuTorch / XNNPACK write to stdout / stderr (C++ logging)
 DISAGREEMENT_KINDS = ("corrected error", "reversed correct", "wrong-to-wrong")
-MIB = 2**20
 DEFAULTS: dict[str, Any] = {"batch_size": 32, "latency_warmup": 5, "latency_runs": 50, "threads": 1,
                             "latency_timeout_s": 900, "latency_seed": 0, "device_batch": 1}
 _OPTIONS = {"test_override", "test_override_reason", "progress", "measure_latency"}
@@ -52,10 +48,6 @@ _OPTIONS = {"test_override", "test_override_reason", "progress", "measure_latenc
 
 class RuntimeConfigError(ValueError):
     """The profile's ``runtime`` section holds an invalid value."""
-
-
-class LatencyError(RuntimeError):
-    """A latency / memory measurement subprocess failed."""
 
 
 # --------------------------------------------------------------------------- lowering
@@ -66,6 +58,7 @@ def lower(program: Any) -> tuple[bytes, pd.DataFrame, dict[str, int]]:
     XNNPACK-delegated subgraphs and how many run outside them (``get_delegation_info``).
     """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.utils.configs import get_xnnpack_edge_compile_config
     from executorch.devtools.backend_debug import get_delegation_info
     from executorch.exir import to_edge_transform_and_lower
 
@@ -77,7 +70,10 @@ def lower(program: Any) -> tuple[bytes, pd.DataFrame, dict[str, int]]:
         # toggling the mkldnn flags warns about Intel-GPU TF32, which has nothing to do with this CPU run
         warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
         with torch.backends.mkldnn.flags(enabled=False), torch.backends.nnpack.flags(enabled=False):
-            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+            # XNNPACK's own edge config: it skips the edge-dialect validity check, which re-verifies the
+            # whole graph after every pass (10-15 % of a lowering here) and never changed a program's bytes
+            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
+                                               compile_config=get_xnnpack_edge_compile_config())
             buffer = bytes(edge.to_executorch().buffer)
     info = get_delegation_info(edge.exported_program().graph_module)
     table = info.get_operator_delegation_dataframe().rename(columns={
@@ -168,149 +164,6 @@ def disagreement_counts(table: pd.DataFrame) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------- latency and memory
-def _set_threads(threads: int) -> str:
-    torch.set_num_threads(threads)
-    try:
-        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-    except ImportError:  # an ExecuTorch build without the threadpool hook: its default pool is used
-        return "executorch default"
-    _unsafe_reset_threadpool(threads)
-    return str(threads)
-
-
-def _reset_peak_rss() -> bool:
-    """Reset the kernel's resident-set high-water mark (VmHWM) to the current size; False if unsupported."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def _peak_rss(reset: bool) -> int:
-    """Peak resident bytes since the reset (VmHWM), else since process start (``ru_maxrss``)."""
-    if reset:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-
-
-def latency_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run inside a fresh process: load one model, time batch-1 calls, report peak memory.
-
-    ``spec``: kind ("pte" | "eager"), image_size, warmup, runs, threads, seed, and for "pte" path +
-    sha256, for "eager" arch + num_classes + state_path (a state_dict file) and optionally channels_last.
-    Memory: the resident-set high-water mark is reset after the imports (Linux ``clear_refs``), so the
-    peak counts loading and running the model, not the import transients; where that is unsupported,
-    ``ru_maxrss`` is used.
-    """
-    import gc
-    import time
-
-    import executorch.runtime  # noqa: F401  (both kinds import the same libraries: comparable baselines)
-    import psutil
-
-    from ..nets.models import create_model
-
-    threads = _set_threads(int(spec["threads"]))
-    gc.collect()
-    reset = _reset_peak_rss()
-    rss_before = psutil.Process().memory_info().rss
-    if spec["kind"] == "pte":
-        forward: Callable[[torch.Tensor], Any] = PteForward(verified_pte_bytes(spec["path"], spec["sha256"]),
-                                                            spec["sha256"])
-    elif spec["kind"] == "eager":
-        model = create_model(spec["arch"], int(spec["num_classes"])).eval()
-        model.load_state_dict(torch.load(spec["state_path"], map_location="cpu", weights_only=True))
-        # the chapter's baseline is the model as built (NCHW); bench/runtime_bench.py also times channels-last
-        forward = model.to(memory_format=torch.channels_last) if spec.get("channels_last") else model
-    else:
-        raise ValueError(f"unknown latency kind {spec['kind']!r}")
-    size = int(spec["image_size"])
-    x = torch.randn((1, 3, size, size), generator=torch.Generator().manual_seed(int(spec["seed"])))
-    times = []
-    with torch.inference_mode():
-        for _ in range(int(spec["warmup"])):
-            forward(x)
-        for _ in range(int(spec["runs"])):
-            start = time.perf_counter()
-            forward(x)
-            times.append(time.perf_counter() - start)
-    peak = _peak_rss(reset)
-    ms = 1000 * np.asarray(times)
-    return {"kind": spec["kind"], "runs": len(times), "warmup": int(spec["warmup"]), "threads": threads,
-            "p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
-            "mean_ms": float(ms.mean()), "rss_before_load_mib": rss_before / MIB, "peak_rss_mib": peak / MIB,
-            "peak_above_baseline_mib": (peak - rss_before) / MIB,
-            "peak_method": "VmHWM reset after imports" if reset else "ru_maxrss since process start"}
-
-
-def measure(spec: dict[str, Any], timeout_s: float = 900) -> dict[str, Any]:
-    """:func:`latency_worker` in a fresh Python process (so neither model sees the other's memory)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                                     os.environ.get("PYTHONPATH")]))}
-    try:
-        done = subprocess.run([sys.executable, "-m", "cropcop_utils.runtime", json.dumps(spec)],
-                              capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO_ROOT)
-    except subprocess.TimeoutExpired:
-        raise LatencyError(f"latency measurement of the {spec['kind']} model exceeded {timeout_s:.0f} s; "
-                           "lower runtime.latency_runs") from None
-    if done.returncode != 0:
-        raise LatencyError(f"latency measurement of the {spec['kind']} model failed "
-                           f"(exit {done.returncode}):\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def compare_latency(pte_spec: dict[str, Any], eager_spec: dict[str, Any], timeout_s: float = 900,
-                    device_spec: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One row per model (.pte, the device program when given, eager float) with p50 / p95 ms per image
-    and memory; sequential runs."""
-    rows = [{"model": ".pte (XNNPACK, INT8)", **measure(pte_spec, timeout_s)}]
-    if device_spec is not None:
-        rows.append({"model": f".pte device program (batch {device_spec.get('batch', 1)})",
-                     **measure(device_spec, timeout_s), "kind": "device_pte"})
-    rows.append({"model": "eager float (PyTorch)", **measure(eager_spec, timeout_s)})
-    return pd.DataFrame(rows)
-
-
-def latency_ratios(table: pd.DataFrame) -> dict[str, float]:
-    """.pte / eager float for p50, p95 and the memory above baseline (< 1: the .pte is faster / smaller);
-    the device program's (``device_``) beside them when the table has it."""
-    eager = table[table["kind"] == "eager"].iloc[0]
-    out: dict[str, float] = {}
-    for kind, prefix in (("pte", ""), ("device_pte", "device_")):
-        if not (table["kind"] == kind).any():
-            continue
-        row = table[table["kind"] == kind].iloc[0]
-        out.update({f"{prefix}p50_ratio": float(row["p50_ms"] / eager["p50_ms"]),
-                    f"{prefix}p95_ratio": float(row["p95_ms"] / eager["p95_ms"]),
-                    f"{prefix}memory_ratio": float(row["peak_above_baseline_mib"]
-                                                   / eager["peak_above_baseline_mib"])
-                    if eager["peak_above_baseline_mib"] > 0 else float("nan")})
-    return out
-
-
-def plot_latency(table: pd.DataFrame) -> Figure:
-    """p50 / p95 latency per image and peak memory above baseline, .pte vs eager float."""
-    fig = Figure(figsize=(8.0, 3.2))
-    left, right = fig.subplots(1, 2)
-    y = np.arange(len(table))
-    left.barh(y - 0.2, table["p50_ms"], height=0.4, label="p50", color="tab:blue")
-    left.barh(y + 0.2, table["p95_ms"], height=0.4, label="p95", color="tab:orange")
-    left.set_yticks(y, table["model"])
-    left.set_xlabel("ms per image (batch 1)")
-    left.legend(fontsize=8)
-    right.barh(y, table["peak_above_baseline_mib"], color="tab:gray")
-    right.set_yticks(y, [""] * len(y))
-    right.set_xlabel("peak memory above pre-load RSS (MiB)")
-    fig.suptitle("Host CPU: the .pte against the eager float model")
-    fig.tight_layout()
-    return fig
-
-
 # --------------------------------------------------------------------------- chapter
 def runtime_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
     unknown = set(options) - _OPTIONS

@@ -23,7 +23,7 @@ from cropcop_utils.core import evidence
 from cropcop_utils.nets import pte as pte_program
 from cropcop_utils.nets.int8_graph import load_program
 from cropcop_utils.runtime import chapter as runtime
-from cropcop_utils.runtime import device, outputs
+from cropcop_utils.runtime import device, latency, outputs
 from cropcop_utils.split import locked_test
 
 
@@ -367,8 +367,8 @@ def test_latency_ratios_and_plot():
     table = pd.DataFrame([
         {"model": ".pte", "kind": "pte", "p50_ms": 2.0, "p95_ms": 3.0, "peak_above_baseline_mib": 10.0},
         {"model": "eager", "kind": "eager", "p50_ms": 4.0, "p95_ms": 5.0, "peak_above_baseline_mib": 40.0}])
-    assert runtime.latency_ratios(table) == {"p50_ratio": 0.5, "p95_ratio": 0.6, "memory_ratio": 0.25}
-    fig = runtime.plot_latency(table)
+    assert latency.latency_ratios(table) == {"p50_ratio": 0.5, "p95_ratio": 0.6, "memory_ratio": 0.25}
+    fig = latency.plot_latency(table)
     assert len(fig.axes) == 2
     assert np.allclose([p.get_width() for p in fig.axes[1].patches], [10.0, 40.0])
 
