@@ -48,6 +48,8 @@ class Job:
         runtime_only = {"threads", "workers", "cache_images", "checkpoint_every", "eval_batch_size", "device",
                         "processes"}
         kept = {k: v for k, v in self.config.items() if k not in runtime_only}
+        if kept.get("low_res") is None:  # off: the fingerprint of every model trained before the key existed
+            kept.pop("low_res", None)
         return {**kept, "device_type": device_type, "amp_resolved": amp, "world_size": self.env.world_size,
                 "image": {"size": self.spec.size, "mean": list(self.spec.mean), "std": list(self.spec.std)},
                 "class_names": list(self.class_names), "teacher_sha256": self.teacher_sha256,

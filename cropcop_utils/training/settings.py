@@ -52,6 +52,8 @@ DEFAULTS: dict[str, Any] = {
     "workers": 0,               # DataLoader worker processes
     "processes": 1,             # training processes: > 1 runs each model under torchrun (DDP; one per GPU)
     "cache_images": True,       # keep decoded squares in memory
+    "low_res": None,            # {px, epochs}: the first `epochs` epochs train on the batch resized to `px`
+                                # (antialiased), the rest at the image size; validation always at the size
     "eval_batch_size": 128,
 }
 # Keys of the training section that are not model hyper-parameters: the per-model sections, their
@@ -113,6 +115,12 @@ def resolve_config(section: dict[str, Any], kind: str, regime: str | None = None
     for key in ("epochs", "batch_size", "eval_batch_size"):
         if int(config[key]) < 1:
             raise TrainingConfigError(f"training.{kind}.{key} must be >= 1, got {config[key]}")
+    low = config["low_res"]
+    if low is not None:
+        epochs = int(config["epochs"])
+        if set(low) != {"px", "epochs"} or int(low["px"]) < 16 or not 0 < int(low["epochs"]) < epochs:
+            raise TrainingConfigError(f"training.{kind}.low_res must be null or {{px: >= 16, epochs: 1 to "
+                                      f"{epochs - 1}}} (the last epoch trains at the image size), got {low}")
     return config
 
 

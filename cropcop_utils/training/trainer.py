@@ -265,7 +265,13 @@ class Trainer:
 
     # ---- training
     def _step(self, images: torch.Tensor, labels: torch.Tensor, ddp_model: nn.Module) -> float:
-        images = images.to(self.device, non_blocking=True).contiguous(memory_format=self.memory_format)
+        images = images.to(self.device, non_blocking=True)
+        low = self.cfg.get("low_res")
+        if low and self.progress["epoch"] < int(low["epochs"]):
+            # progressive resizing: the early epochs cost ~(px / size)^2 of a full step, the last ones
+            # adapt the network to the size it is scored at
+            images = F.interpolate(images, size=(int(low["px"]),) * 2, mode="bilinear", antialias=True)
+        images = images.contiguous(memory_format=self.memory_format)
         labels = labels.to(self.device, non_blocking=True)
         smoothing = float(self.cfg["label_smoothing"])
         with self._autocast():

@@ -66,3 +66,13 @@ def test_only_pretrained_layers_may_stay_frozen():
         for kind in train.MODELS:
             resolved = train.resolve_config(section, kind)
             assert resolved["weights"] is not None or resolved["frozen_groups"] == 0
+
+
+def test_low_res_must_leave_the_last_epoch_at_the_image_size():
+    section = {"epochs": 3, "reference": {"arch": "test_resnet"}}
+    assert train.resolve_config(section, "reference")["low_res"] is None
+    assert train.resolve_config({**section, "low_res": {"px": 96, "epochs": 2}}, "reference")["low_res"] == {
+        "px": 96, "epochs": 2}
+    for bad in ({"px": 96, "epochs": 3}, {"px": 96, "epochs": 0}, {"px": 8, "epochs": 1}, {"px": 96}):
+        with pytest.raises(train.TrainingConfigError, match="low_res"):
+            train.resolve_config({**section, "low_res": bad}, "reference")

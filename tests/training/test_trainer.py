@@ -68,3 +68,27 @@ def test_frozen_groups_leave_the_leading_layers_as_they_started(tmp_path, monkey
     leading = [k for k in start if k.startswith(("conv1", "bn1", "layer1."))]
     assert leading and all(torch.equal(start[k], trained[k]) for k in leading)
     assert not all(torch.equal(start[k], trained[k]) for k in start if k.startswith("layer2."))
+
+
+def test_low_res_epochs_train_on_resized_batches_and_every_score_is_at_the_image_size(tmp_path):
+    from train_fixtures import TINY_TRAINING
+
+    torch.set_num_threads(1)
+    reference = {**TINY_TRAINING["reference"], "low_res": {"px": 16, "epochs": 1}}
+    ctx = build_run(tmp_path, "low", training={**TINY_TRAINING, "reference": reference})
+    seen: list[tuple[bool, int]] = []
+
+    def note(module, args):
+        if type(module).__name__ == "ResNet":  # the model and its EMA copy, not their layers
+            seen.append((module.training, args[0].shape[-1]))
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(note)
+    try:
+        summary = train.train_model(ctx, "reference", progress=False)
+    finally:
+        handle.remove()
+    trained = [px for training, px in seen if training]
+    steps = len(trained) // 2  # two epochs of the same number of steps
+    assert steps and trained == [16] * steps + [32] * steps
+    assert {px for training, px in seen if not training} == {32}  # validation, every epoch
+    assert summary["config"]["low_res"] == {"px": 16, "epochs": 1}  # in the weights' fingerprint
