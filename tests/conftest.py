@@ -73,6 +73,18 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(root(key)))
 
 
+@pytest.fixture
+def fresh_squares(monkeypatch):
+    """An empty process-wide store of decoded squares (``core.squares.SquareCache``) for one test."""
+    from collections import OrderedDict
+
+    from cropcop_utils.core import squares
+
+    monkeypatch.setattr(squares.SquareCache, "_shared", OrderedDict())
+    monkeypatch.setattr(squares.SquareCache, "_shared_bytes", 0)
+    return squares.SquareCache
+
+
 @pytest.fixture(scope="session")
 def tomato_root() -> Path:
     if not TOMATO.is_dir():

@@ -35,11 +35,13 @@ def score(
     batch_size: int,
     desc: str,
 ) -> tuple[Outputs, pd.DataFrame]:
-    """(outputs, prediction record) of ``rows`` through the program, one pass."""
+    """(outputs, prediction record) of ``rows`` through the program, one pass.  The squares are shared
+    (``cache``): the out-of-scope images were decoded when every state scored them (:mod:`.out_of_scope`)."""
     cfg = PredictConfig(
         corpus_root=roots if isinstance(roots, dict) else Path(roots),
         spec=ImageSpec.from_section(image_section),
         batch_size=min(batch_size, forward.max_batch),
+        cache=True,
     )
     record, features = predict_with_features(forward, rows, cfg, forward.sha256, desc=desc)
     return Outputs(logits_matrix(record), features_matrix(features), rows["label"].to_numpy()), record

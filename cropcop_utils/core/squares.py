@@ -8,6 +8,8 @@ the same :class:`SquareCache`.
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -28,27 +30,26 @@ Roots = str | os.PathLike | Mapping[str, str | os.PathLike]
 class SquareCache:
     """The loading contract's square uint8 images of a set of rows, decoded once and kept in memory.
 
-    ``load_square`` is deterministic, so a cached array is exactly what a fresh decode would give.  Caches
-    of the same files at the same size share their arrays within a process (:data:`SHARED_SETS` sets at
-    most): the compact model's trainer, built after the reference's on the same split, decodes nothing.
+    ``load_square`` is deterministic, so a cached array is exactly what a fresh decode would give.  Every
+    cache of a process shares its decoded squares file by file (at most :data:`SHARED_BYTES`, the oldest
+    dropped first): the compact model's trainer, built after the reference's on the same split, decodes
+    nothing; every model state scoring the same photos decodes them once; the learning curve's points,
+    whose training rows grow by nested draws, decode each photo once.  A file is the same when its path,
+    size and modification time are: one rewritten in place (a chapter run again in the same process) is
+    decoded again.
     """
 
-    SHARED_SETS = 4
-    _shared: dict[tuple[tuple[str, ...], int], list[np.ndarray | None]] = {}
+    SHARED_BYTES = 2 * 2**30
+    _shared: OrderedDict[tuple[tuple[str, int, int], int], np.ndarray] = OrderedDict()
+    _shared_bytes = 0
+    _lock = threading.Lock()
 
     def __init__(self, paths: Sequence[Path], size: int, enabled: bool = True) -> None:
         self.paths = list(paths)
         self.size = size
         self.enabled = enabled
         self.arrays: list[np.ndarray | None] = [None] * len(self.paths)
-        if enabled:
-            key = (tuple(str(p) for p in self.paths), int(size))
-            shared = SquareCache._shared
-            if key not in shared:
-                while len(shared) >= self.SHARED_SETS:
-                    shared.pop(next(iter(shared)))
-                shared[key] = self.arrays
-            self.arrays = shared[key]
+        self.keys = [(_identity(p), int(size)) for p in self.paths] if enabled else []
 
     def fill(self, progress: bool = False, desc: str = "decode", threads: int = 2) -> None:
         """Decode every image not yet cached; ``threads`` decode side by side (Pillow releases the GIL
@@ -67,10 +68,38 @@ class SquareCache:
         cached = self.arrays[index]
         if cached is not None:
             return cached
-        array = imaging.load_array(self.paths[index], self.size)
-        if self.enabled:
-            self.arrays[index] = array
+        if not self.enabled:
+            return imaging.load_array(self.paths[index], self.size)
+        key = self.keys[index]
+        with SquareCache._lock:
+            array = SquareCache._shared.get(key)
+        if array is None:
+            array = imaging.load_array(self.paths[index], self.size)
+            _share(key, array)
+        self.arrays[index] = array
         return array
+
+
+def _share(key: tuple[tuple[str, int, int], int], array: np.ndarray) -> None:
+    """Keep a decoded square for the other caches of this process, within the byte budget."""
+    with SquareCache._lock:
+        shared = SquareCache._shared
+        if key in shared:
+            return
+        shared[key] = array
+        SquareCache._shared_bytes += array.nbytes
+        while SquareCache._shared_bytes > SquareCache.SHARED_BYTES and shared:
+            _, dropped = shared.popitem(last=False)
+            SquareCache._shared_bytes -= dropped.nbytes
+
+
+def _identity(path: Path) -> tuple[str, int, int]:
+    """(path, size, modification time): a missing file gets (-1, -1), and its decode says it is missing."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return str(path), -1, -1
+    return str(path), stat.st_size, stat.st_mtime_ns
 
 
 def row_paths(rows: pd.DataFrame, roots: Roots) -> list[Path]:

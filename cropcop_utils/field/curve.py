@@ -124,7 +124,8 @@ class FeatureBank:
         if missing.any():
             todo = rows[missing]
             paths = row_paths(todo, roots)
-            for start in range(0, len(paths), 256):  # bounded memory: 256 squares at a time
+            # 256 squares a batch of features (the process-wide SquareCache keeps them within its budget)
+            for start in range(0, len(paths), 256):
                 cache = SquareCache(paths[start:start + 256], self.side, enabled=True)
                 cache.fill(progress=self.progress, desc="curve: decode")
                 block = embedding.pooled_features(np.stack([cache.get(i) for i in range(len(cache.paths))]))

@@ -77,8 +77,9 @@ def predictions(model: Any, rows: pd.DataFrame, root: Any, spec: ImageSpec, batc
                 sha: str) -> pd.DataFrame:
     from ..nets.predict import PredictConfig, predict
 
-    return predict(model, rows, PredictConfig(corpus_root=Path(root), spec=spec, batch_size=batch), sha,
-                   desc="curve: predict")
+    # every point of the curve scores the same rows: decoded once (the process-wide SquareCache)
+    cfg = PredictConfig(corpus_root=Path(root), spec=spec, batch_size=batch, cache=True)
+    return predict(model, rows, cfg, sha, desc="curve: predict")
 
 
 def finetune_points(sets: dict[str, pd.DataFrame], roots: dict[str, Any], class_names: list[str],

@@ -117,6 +117,8 @@ def score_rows(states: dict[str, LoadedState], rows: pd.DataFrame,
     for name, state in states.items():
         size = min(batch_size, state.max_batch) if state.max_batch else batch_size
         root = corpus_root if isinstance(corpus_root, Mapping) else Path(corpus_root)
-        cfg = PredictConfig(corpus_root=root, spec=spec, batch_size=size)
+        # every state reads the same rows: the first decodes them, the others reuse the squares (the
+        # process-wide SquareCache holds exactly what a fresh decode gives)
+        cfg = PredictConfig(corpus_root=root, spec=spec, batch_size=size, cache=True)
         records[name] = predict(state.forward, rows, cfg, state.sha256, desc=f"{name}")
     return records

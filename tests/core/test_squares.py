@@ -10,7 +10,7 @@ from PIL import Image
 from cropcop_utils.core import imaging, squares
 
 
-def test_square_caches_of_the_same_files_share_one_threaded_decode(tmp_path, monkeypatch):
+def test_square_caches_of_the_same_files_share_one_threaded_decode(tmp_path, monkeypatch, fresh_squares):
     rng = np.random.default_rng(1)
     paths = []
     for k in range(7):
@@ -23,7 +23,6 @@ def test_square_caches_of_the_same_files_share_one_threaded_decode(tmp_path, mon
         decoded[str(path)] += 1
         return load(path, size)
 
-    monkeypatch.setattr(squares.SquareCache, "_shared", {})
     monkeypatch.setattr(squares.imaging, "load_array", counting)
     first = squares.SquareCache(paths, 24)
     first.fill(threads=2)
@@ -55,3 +54,60 @@ def test_row_paths_resolve_each_row_under_its_source_root(tmp_path):
     assert squares.row_paths(plain, roots) == squares.row_paths(plain, lab)
     with pytest.raises(ValueError, match=r"\['field_train'\] have no image folder.*--field-train"):
         squares.row_paths(rows, {LAB: lab})
+
+
+def test_a_file_rewritten_in_place_is_decoded_again(tmp_path, fresh_squares):
+    # A chapter run twice in one process may rewrite its images (composites, generated inputs) at the
+    # same paths: the shared squares must be the new pictures, not the old ones.
+    import os
+
+    path = tmp_path / "a.png"
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(path)
+    before = squares.SquareCache([path], 8)
+    before.fill(threads=1)
+    Image.new("RGB", (16, 16), (10, 10, 200)).save(path)
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock may not move
+    after = squares.SquareCache([path], 8)
+    assert after.get(0)[0, 0].tolist() == [10, 10, 200]
+    assert before.get(0)[0, 0].tolist() == [200, 10, 10]  # the old cache keeps what it decoded
+
+
+def test_a_missing_file_still_fails_with_its_name(tmp_path, fresh_squares):
+    import pytest
+
+    cache = squares.SquareCache([tmp_path / "gone.jpg"], 8)
+    with pytest.raises(FileNotFoundError, match="gone.jpg"):
+        cache.fill(threads=1)
+
+
+def test_caches_share_single_files_and_the_oldest_leave_past_the_byte_budget(tmp_path, monkeypatch,
+                                                                           fresh_squares):
+    # The learning curve's points train on nested draws: a cache of a superset reuses every photo a
+    # cache of a subset decoded, and the shared store keeps at most SHARED_BYTES of squares.
+    paths = []
+    for k in range(6):
+        Image.new("RGB", (10, 10), (k * 40, 0, 0)).save(tmp_path / f"{k}.png")
+        paths.append(tmp_path / f"{k}.png")
+    decoded = Counter()
+    load = imaging.load_array
+
+    def counting(path, size):
+        decoded[str(path)] += 1
+        return load(path, size)
+
+    monkeypatch.setattr(squares.imaging, "load_array", counting)
+    squares.SquareCache(paths[:2], 8).fill(threads=1)
+    squares.SquareCache(paths[:4], 8).fill(threads=1)
+    assert [decoded[str(p)] for p in paths[:4]] == [1, 1, 1, 1]
+    monkeypatch.setattr(fresh_squares, "SHARED_BYTES", 3 * 8 * 8 * 3)  # three squares
+    squares.SquareCache(paths[4:], 8).fill(threads=1)
+    assert len(fresh_squares._shared) == 3 and fresh_squares._shared_bytes == 3 * 8 * 8 * 3
+    newest = squares.SquareCache(paths[3:], 8)
+    newest.fill(threads=1)
+    assert [decoded[str(p)] for p in paths] == [1, 1, 1, 1, 1, 1]  # the newest three are still shared
+    oldest = squares.SquareCache(paths[:1], 8)
+    oldest.fill(threads=1)
+    assert decoded[str(paths[0])] == 2  # the oldest was dropped
+    assert np.array_equal(oldest.get(0), load(paths[0], 8))
+    assert all(np.array_equal(newest.get(k), load(p, 8)) for k, p in enumerate(paths[3:]))
