@@ -85,6 +85,24 @@ def fresh_squares(monkeypatch):
     return squares.SquareCache
 
 
+@pytest.fixture
+def decodes(monkeypatch, fresh_squares):
+    """How often each file was decoded (path → count) by ``imaging.load_array``, from an empty store."""
+    from collections import Counter
+
+    from cropcop_utils.core import imaging
+
+    counts: Counter = Counter()
+    load = imaging.load_array
+
+    def counting(path, size):
+        counts[str(path)] += 1
+        return load(path, size)
+
+    monkeypatch.setattr(imaging, "load_array", counting)
+    return counts
+
+
 @pytest.fixture(scope="session")
 def tomato_root() -> Path:
     if not TOMATO.is_dir():

@@ -2,38 +2,29 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 from PIL import Image
 
 from cropcop_utils.core import imaging, squares
 
 
-def test_square_caches_of_the_same_files_share_one_threaded_decode(tmp_path, monkeypatch, fresh_squares):
+def test_square_caches_of_the_same_files_share_one_threaded_decode(tmp_path, decodes):
     rng = np.random.default_rng(1)
     paths = []
     for k in range(7):
         Image.fromarray(rng.integers(0, 255, (30, 40, 3), dtype=np.uint8)).save(tmp_path / f"{k}.png")
         paths.append(tmp_path / f"{k}.png")
-    decoded = Counter()
-    load = imaging.load_array
-
-    def counting(path, size):
-        decoded[str(path)] += 1
-        return load(path, size)
-
-    monkeypatch.setattr(squares.imaging, "load_array", counting)
     first = squares.SquareCache(paths, 24)
     first.fill(threads=2)
     second = squares.SquareCache(paths, 24)  # the compact model's trainer after the reference's
     second.fill(threads=2)
-    assert all(n == 1 for n in decoded.values()) and len(decoded) == 7
+    assert all(n == 1 for n in decodes.values()) and len(decodes) == 7
     for k, path in enumerate(paths):
-        assert np.array_equal(second.get(k), load(path, 24))  # threads write each image to its own slot
+        # threads write each image to its own slot
+        assert np.array_equal(second.get(k), np.asarray(imaging.load_square(path, 24)))
     other = squares.SquareCache(paths, 20)  # another size is another set of arrays
     other.fill(threads=1)
-    assert len(decoded) == 7 and all(n == 2 for n in decoded.values())
+    assert len(decodes) == 7 and all(n == 2 for n in decodes.values())
     off = squares.SquareCache(paths, 24, enabled=False)
     assert all(a is None for a in off.arrays)
 
@@ -81,7 +72,7 @@ def test_a_missing_file_still_fails_with_its_name(tmp_path, fresh_squares):
         cache.fill(threads=1)
 
 
-def test_caches_share_single_files_and_the_oldest_leave_past_the_byte_budget(tmp_path, monkeypatch,
+def test_caches_share_single_files_and_the_oldest_leave_past_the_byte_budget(tmp_path, monkeypatch, decodes,
                                                                            fresh_squares):
     # The learning curve's points train on nested draws: a cache of a superset reuses every photo a
     # cache of a subset decoded, and the shared store keeps at most SHARED_BYTES of squares.
@@ -89,25 +80,18 @@ def test_caches_share_single_files_and_the_oldest_leave_past_the_byte_budget(tmp
     for k in range(6):
         Image.new("RGB", (10, 10), (k * 40, 0, 0)).save(tmp_path / f"{k}.png")
         paths.append(tmp_path / f"{k}.png")
-    decoded = Counter()
-    load = imaging.load_array
-
-    def counting(path, size):
-        decoded[str(path)] += 1
-        return load(path, size)
-
-    monkeypatch.setattr(squares.imaging, "load_array", counting)
     squares.SquareCache(paths[:2], 8).fill(threads=1)
     squares.SquareCache(paths[:4], 8).fill(threads=1)
-    assert [decoded[str(p)] for p in paths[:4]] == [1, 1, 1, 1]
+    assert [decodes[str(p)] for p in paths[:4]] == [1, 1, 1, 1]
     monkeypatch.setattr(fresh_squares, "SHARED_BYTES", 3 * 8 * 8 * 3)  # three squares
     squares.SquareCache(paths[4:], 8).fill(threads=1)
     assert len(fresh_squares._shared) == 3 and fresh_squares._shared_bytes == 3 * 8 * 8 * 3
     newest = squares.SquareCache(paths[3:], 8)
     newest.fill(threads=1)
-    assert [decoded[str(p)] for p in paths] == [1, 1, 1, 1, 1, 1]  # the newest three are still shared
+    assert [decodes[str(p)] for p in paths] == [1, 1, 1, 1, 1, 1]  # the newest three are still shared
     oldest = squares.SquareCache(paths[:1], 8)
     oldest.fill(threads=1)
-    assert decoded[str(paths[0])] == 2  # the oldest was dropped
-    assert np.array_equal(oldest.get(0), load(paths[0], 8))
-    assert all(np.array_equal(newest.get(k), load(p, 8)) for k, p in enumerate(paths[3:]))
+    assert decodes[str(paths[0])] == 2  # the oldest was dropped
+    assert np.array_equal(oldest.get(0), np.asarray(imaging.load_square(paths[0], 8)))
+    assert all(np.array_equal(newest.get(k), np.asarray(imaging.load_square(p, 8)))
+               for k, p in enumerate(paths[3:]))

@@ -107,9 +107,7 @@ def test_a_float_checkpoint_that_does_not_fit_the_run_is_refused(tmp_path):
         load_compact(reader, 3, 64)
 
 
-def test_scoring_rows_under_several_states_decodes_each_image_once(tmp_path, monkeypatch, fresh_squares):
-    from collections import Counter
-
+def test_scoring_rows_under_several_states_decodes_each_image_once(tmp_path, decodes):
     import torch
     from PIL import Image
 
@@ -120,21 +118,13 @@ def test_scoring_rows_under_several_states_decodes_each_image_once(tmp_path, mon
         Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(tmp_path / f"{k}.png")
     rows = pd.DataFrame({"row_id": range(5), "rel_path": [f"{k}.png" for k in range(5)],
                          "label": [0, 1, 0, 1, 0]})
-    decoded = Counter()
-    load = squares.imaging.load_array
-
-    def counting(path, size):
-        decoded[str(path)] += 1
-        return load(path, size)
-
-    monkeypatch.setattr(squares.imaging, "load_array", counting)
     weights = {"a": torch.tensor([1.0, -1.0]), "b": torch.tensor([-2.0, 0.5]), "c": torch.tensor([0.3, 0.1])}
     states = {name: state_models.LoadedState(name, lambda x, w=w: x.mean((2, 3))[:, :2] * w, name,
                                              max_batch=2 if name == "c" else None)
               for name, w in weights.items()}
     section = {"size": 16, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
     records = state_models.score_rows(states, rows, tmp_path, section, batch_size=4)
-    assert len(decoded) == 5 and all(n == 1 for n in decoded.values())
+    assert len(decodes) == 5 and all(n == 1 for n in decodes.values())
     uncached = squares.imaging.load_tensor
     for name, w in weights.items():
         x = torch.stack([uncached(tmp_path / p, 16, section["mean"], section["std"])
