@@ -131,18 +131,25 @@ def quantise(exported: Any, candidate: Candidate, calibration: Iterable[torch.Te
     return convert_pt2e(prepared), seen
 
 
+UNSTABLE_META = ("from_node", "stack_trace")  # records that vary by process or install: see serialise
+
+
 def serialise(graph: torch.nn.Module, example: torch.Tensor, max_batch: int) -> bytes:
     """The converted graph re-exported (dynamic batch) and saved with ``torch.export.save``, as bytes.
 
-    Node provenance (``from_node``) records the Python ``id()`` of the graphs a node passed through, so
-    two identical quantisations would serialise to different bytes; it is dropped, which makes the
-    SHA-256 — the model-state identity the locked test counts accesses by — a function of the graph alone.
+    Two node records are dropped, which makes the SHA-256 — the model-state identity the locked test
+    counts accesses by — a function of the graph alone: provenance (``from_node``) records the Python
+    ``id()`` of the graphs a node passed through, so two identical quantisations would serialise to
+    different bytes; and the stack trace (``stack_trace``) names the absolute path of every source file
+    the model ran through (timm and torch where they are installed), so the same graph from another
+    checkout or virtual environment would too.
     """
     exported = export_dynamic(graph, example, max_batch)
     for module in exported.graph_module.modules():
         if isinstance(module, torch.fx.GraphModule):
             for node in module.graph.nodes:
-                node.meta.pop("from_node", None)
+                for key in UNSTABLE_META:
+                    node.meta.pop(key, None)
     buffer = io.BytesIO()
     torch.export.save(exported, buffer)
     return buffer.getvalue()

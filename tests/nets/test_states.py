@@ -47,9 +47,11 @@ def test_reloaded_states_reproduce_their_recorded_validation_logits(smoke_states
     # measured on the smoke model, test_efficientnet; 12 on the MobileNetV4 it replaced, under a bound of
     # 16): bounded at 8 steps.  A dynamic graph quantises activations as they
     # come and dequantises its output, so there is no grid: bounded at a share of the logits' range (1.2 %
-    # measured on the smoke model).  Only rows whose top-2 logits are within twice the bound may flip; a
-    # wrong or corrupted .pte is off by the logits' whole range.  The smoke model is barely trained: the
-    # decided rows must still be many.
+    # measured on the smoke model; 2.5 % on another host's).  A wrong or corrupted .pte is off by the
+    # logits' whole range.  Decisions: within the bound only rows whose top-2 logits are within twice it can
+    # flip, which the bound already proves; the smoke model is barely trained, so such near-ties can be most
+    # rows (2 of 125 decided beyond it on one host), and what is asserted on decisions is the share that
+    # agree, held to the PTQ gate's floor (the INT8 graph against the float model, on val).
     int8_logits, pte_logits = logits_matrix(records["int8"]), logits_matrix(records["pte"])
     selected = next(c for c in ptq["candidates"] if c["candidate"] == ptq["selected"])
     if selected["activations"] == "static":
@@ -57,10 +59,8 @@ def test_reloaded_states_reproduce_their_recorded_validation_logits(smoke_states
     else:
         bound = DYNAMIC_SHARE * float(np.ptp(int8_logits))
     assert float(np.abs(pte_logits - int8_logits).max()) <= bound
-    top2 = np.sort(int8_logits, axis=1)[:, -2:]
-    decided = (top2[:, 1] - top2[:, 0]) > 2 * bound
-    assert decided.sum() >= 10
-    assert (pte_logits.argmax(1)[decided] == int8_logits.argmax(1)[decided]).all()
+    agreement = float((pte_logits.argmax(1) == int8_logits.argmax(1)).mean())
+    assert agreement >= float(ctx.section("ptq")["gate"]["min_agreement"])
     runtime = json.loads((ctx.run_dir / "runtime" / "runtime.json").read_text())
     assert states["pte"].sha256 == runtime["outputs"]["runtime/model.pte"]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import torch
@@ -63,7 +65,11 @@ def test_dynamic_and_static_candidates_quantise_what_the_tables_say(tiny_model):
     # The float program is left as it was (batch norm is folded in a copy), and quantising it again
     # serialises to the same bytes: a model state's SHA-256 depends on the graph alone.
     again, _ = quant.quantise(exported, dynamic, [], example)
-    assert quant.serialise(again, example, 8) == quant.serialise(graph_d, example, 8)
+    saved = quant.serialise(graph_d, example, 8)
+    assert quant.serialise(again, example, 8) == saved
+    # ... nor on where the code ran from: no source path of the installation (timm's, torch's) is kept
+    installed = Path(torch.__file__).resolve().parents[1]
+    assert str(installed).encode() not in saved and b'File \\"' not in saved
     torch.testing.assert_close(exported.module()(example), tiny_model(example))
     ops_d, ops_s = quant.quantised_ops(graph_d).set_index("op"), quant.quantised_ops(graph_s).set_index("op")
     # Dynamic: int8 weights on conv/linear, never on depthwise convs, no activation op wrapped.
