@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import matplotlib.colors
 import pandas as pd
 import pytest
 from ptq_fixtures import OVERRIDES
@@ -140,5 +141,7 @@ def test_when_nothing_passes_the_best_failing_candidate_is_selected_and_said_so(
 def test_plot_gate_draws_every_candidate():
     table = quant.apply_gate(_table([("a", 0, 0, 0.002, 0.99), ("b", 1, 100, 0.03, 0.90)]), GATE)
     fig = quant.plot_gate(table, GATE, "a")
-    texts = [t.get_text() for t in fig.axes[0].texts]
-    assert texts == ["a (selected)", "b"]
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["gate", "1 a (selected)", "2 b"]
+    colours = [tuple(c.get_facecolor()[0][:3]) for c in fig.axes[0].collections[-2:]]
+    assert colours == [matplotlib.colors.to_rgb("tab:red"), matplotlib.colors.to_rgb("tab:gray")]
