@@ -168,7 +168,7 @@ def imagenet_program(shipped: SimpleNamespace, model: torch.nn.Module
     from cropcop_utils.core.imaging import ImageSpec
     from cropcop_utils.nets.int8_graph import load_program
     from cropcop_utils.nets.pte import PteForward
-    from cropcop_utils.runtime.chapter import lower
+    from cropcop_utils.runtime.lowering import lower
 
     at, ctx = shipped.regime.path, shipped.ctx
     selected = shipped.ch.read_json(at("ptq/ptq.json"))["selected"]

@@ -24,7 +24,7 @@ from cropcop_utils.nets import pte as pte_program
 from cropcop_utils.nets.int8_graph import load_program
 from cropcop_utils.nets.models import count_params, create_model
 from cropcop_utils.runtime import chapter as runtime
-from cropcop_utils.runtime import device
+from cropcop_utils.runtime import device, lowering
 from cropcop_utils.runtime import latency as timing
 
 STUDY_PTE_MIB = 22.5986      # the study's .pte
@@ -60,12 +60,12 @@ def main() -> None:
     summary = quant.summarise_ops(quant.quantised_ops(graph))
     program = load_program(quant.serialise(graph, example, args.max_batch))
     lowered = time.perf_counter()
-    data, _, delegation = runtime.lower(program)
+    data, _, delegation = lowering.lower(program)
     lowering_s = time.perf_counter() - lowered
     size = runtime.size_record(len(data), len(state))
     batched = pte_program.PteForward(data, sha256_bytes(data))
     bound = batched.max_batch
-    device_data, _, _ = runtime.lower(device.device_program(program.module(), args.size, args.device_batch))
+    device_data, _, _ = lowering.lower(device.device_program(program.module(), args.size, args.device_batch))
     one = pte_program.PteForward(device_data, sha256_bytes(device_data))
     comparison = device.ProgramComparison(batched, one)
     comparison(torch.rand(5, 3, args.size, args.size, generator=noise))

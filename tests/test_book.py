@@ -188,6 +188,11 @@ def test_executed_chapters_carry_no_progress_bars(smoke_book):
                    if o.output_type == "stream"]
         assert not any("%|" in text for text in streams), f"{spec.notebook} shows a progress bar"
         assert not any("findfont" in text for text in streams), f"{spec.notebook} shows font-cache noise"
+        # library notices and native logging go to the chapter's log, from its kernel and from every worker
+        # process it starts (chapter 7's lowering workers once showed torchao's import notice here)
+        noise = [o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs
+                 if o.output_type == "stream" and o.get("name") == "stderr"]
+        assert not noise, f"{spec.notebook} shows stderr: {noise[0][:200]}"
 
 
 def test_matplotlib_font_lookups_stay_out_of_the_chapters(caplog):

@@ -253,6 +253,29 @@ def _python_streams_to(fd: int) -> Iterator[None]:
                 handler.setStream(old)
 
 
+@contextmanager
+def capture_native_output(sink: list[bytes]) -> Iterator[None]:
+    """Catch what native code and libraries write to stdout / stderr inside the block; the bytes are
+    appended to ``sink`` on leaving it, whatever happened inside.
+
+    C/C++ libraries (ExecuTorch's cpuinfo lines, XNNPACK) write to file descriptors 1 and 2, which a
+    Jupyter kernel forwards into the book.  ``wurlitzer`` points both descriptors at a scratch file for
+    the block, and Python's own streams and console log handlers follow (ExecuTorch's bindings route
+    their C++ log through ``sys.stderr``).
+    """
+    from wurlitzer import STDOUT, pipes
+
+    for stream in (sys.stdout, sys.stderr):  # Python's buffered text stays where it was headed
+        stream.flush()
+    with tempfile.TemporaryFile() as capture:
+        try:
+            with pipes(stdout=capture, stderr=STDOUT), _python_streams_to(capture.fileno()):
+                yield
+        finally:
+            capture.seek(0)
+            sink.append(capture.read())
+
+
 class Chapter:
     """One chapter's view of the run folder: verified reads, registered atomic writes, one JSON record.
 
@@ -305,28 +328,22 @@ class Chapter:
 
     @contextmanager
     def native_output(self, rel_path: str | None = None) -> Iterator[None]:
-        """Capture what native code and libraries write to stdout / stderr inside the block into a log.
+        """Capture what native code and libraries write to stdout / stderr inside the block
+        (:func:`capture_native_output`) and append it to a log, by default ``<folder>/native.log``."""
+        caught: list[bytes] = []
+        try:
+            with capture_native_output(caught):
+                yield
+        finally:
+            self.add_native_output(rel_path, b"".join(caught))
 
-        C/C++ libraries (ExecuTorch's cpuinfo lines, XNNPACK) write to file descriptors 1 and 2, which a
-        Jupyter kernel forwards into the book.  ``wurlitzer`` points both descriptors at a scratch file for
-        the block, and Python's own streams and console log handlers follow (ExecuTorch's bindings route
-        their C++ log through ``sys.stderr``); what was caught is appended to ``rel_path``
-        (default ``<folder>/native.log``), written atomically and registered like every artifact.
-        """
-        from wurlitzer import STDOUT, pipes
-
+    def add_native_output(self, rel_path: str | None, data: bytes) -> str:
+        """Append ``data`` (native output caught here or in a worker process) to a log, written atomically
+        and registered like every artifact; the record counts its lines."""
         rel_path = rel_path or f"{self.folder_name}/native.log"
-        for stream in (sys.stdout, sys.stderr):  # Python's buffered text stays where it was headed
-            stream.flush()
-        with tempfile.TemporaryFile() as capture:
-            try:
-                with pipes(stdout=capture, stderr=STDOUT), _python_streams_to(capture.fileno()):
-                    yield
-            finally:
-                capture.seek(0)
-                self.native_logs[rel_path] = self.native_logs.get(rel_path, b"") + capture.read()
-                atomic_write_bytes(self.path(rel_path), self.native_logs[rel_path])
-                self.record_output(rel_path)
+        self.native_logs[rel_path] = self.native_logs.get(rel_path, b"") + data
+        atomic_write_bytes(self.path(rel_path), self.native_logs[rel_path])
+        return self.record_output(rel_path)
 
     def finish(self, figures: dict[str, Any], **extra: Any) -> dict[str, Any]:
         record = {"chapter": self.name, "inputs": dict(self.inputs), "outputs": dict(self.outputs),

@@ -16,10 +16,10 @@ their own (:mod:`.latency`).
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 import tempfile
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,11 +29,11 @@ import pandas as pd
 import torch
 
 from ..core.config import RunContext
-from ..core.evidence import Chapter, FingerprintMismatch, atomic_write_bytes
-from ..nets.int8_graph import load_program
+from ..core.evidence import Chapter, FingerprintMismatch, atomic_write_bytes, verify_artifact
 from ..nets.pte import PTE, PteForward, load_verified_pte
 from . import device, outputs
 from .latency import MIB, compare_latency, latency_ratios, plot_latency
+from .lowering import Lowered, LoweringJob, featured_graph, lower_all
 
 FOLDER = "runtime"
 TEST_RECORD = "runtime/predictions_test.parquet"
@@ -42,49 +42,12 @@ DISAGREEMENTS = "runtime/disagreements.parquet"
 NATIVE_LOG = "runtime/native.log"  # what ExecuTorch / XNNPACK write to stdout / stderr (C++ logging)
 DISAGREEMENT_KINDS = ("corrected error", "reversed correct", "wrong-to-wrong")
 DEFAULTS: dict[str, Any] = {"batch_size": 32, "latency_warmup": 5, "latency_runs": 50, "threads": 1,
-                            "latency_timeout_s": 900, "latency_seed": 0, "device_batch": 1}
+                            "latency_timeout_s": 900, "latency_seed": 0, "device_batch": 1, "workers": 1}
 _OPTIONS = {"test_override", "test_override_reason", "progress", "measure_latency"}
 
 
 class RuntimeConfigError(ValueError):
     """The profile's ``runtime`` section holds an invalid value."""
-
-
-# --------------------------------------------------------------------------- lowering
-def lower(program: Any) -> tuple[bytes, pd.DataFrame, dict[str, int]]:
-    """Lower an ``ExportedProgram`` to ExecuTorch with XNNPACK: (.pte bytes, delegation table, summary).
-
-    The table has one row per operator type of the lowered graph with how many of its nodes sit inside
-    XNNPACK-delegated subgraphs and how many run outside them (``get_delegation_info``).
-    """
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.backends.xnnpack.utils.configs import get_xnnpack_edge_compile_config
-    from executorch.devtools.backend_debug import get_delegation_info
-    from executorch.exir import to_edge_transform_and_lower
-
-    # Lowering re-traces the graph with fake tensors, and the fake conv asks which CPU backend eager
-    # PyTorch would pick; the mkldnn and NNPACK heuristics test "batch >= 16", which guards the dynamic
-    # batch to <= 15 in the program (a "bounded tensor" resize error at run time).  XNNPACK runs these
-    # convs, not those backends, so they are switched off while lowering.
-    with warnings.catch_warnings():
-        # toggling the mkldnn flags warns about Intel-GPU TF32, which has nothing to do with this CPU run
-        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
-        with torch.backends.mkldnn.flags(enabled=False), torch.backends.nnpack.flags(enabled=False):
-            # XNNPACK's own edge config: it skips the edge-dialect validity check, which re-verifies the
-            # whole graph after every pass (~11 % of a Lite0 lowering here); every graph tried, the
-            # apple books' shipped ones among them, lowered to the same program bytes with and without it
-            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
-                                               compile_config=get_xnnpack_edge_compile_config())
-            buffer = bytes(edge.to_executorch().buffer)
-    info = get_delegation_info(edge.exported_program().graph_module)
-    table = info.get_operator_delegation_dataframe().rename(columns={
-        "op_type": "op", "occurrences_in_delegated_graphs": "delegated",
-        "occurrences_in_non_delegated_graphs": "not_delegated"})
-    table = table[table["op"] != "Total"].astype({"delegated": int, "not_delegated": int})
-    summary = {"delegated_subgraphs": int(info.num_delegated_subgraphs),
-               "delegated_nodes": int(info.num_delegated_nodes),
-               "non_delegated_nodes": int(info.num_non_delegated_nodes)}
-    return buffer, table.reset_index(drop=True), summary
 
 
 def output_check(forward: PteForward, graph: torch.fx.GraphModule, image_size: int,
@@ -172,7 +135,7 @@ def runtime_params(ctx: RunContext, **options: Any) -> dict[str, Any]:
         raise RuntimeConfigError(f"runtime.run_chapter options {sorted(unknown)} are not accepted; options "
                                  f"are {sorted(_OPTIONS)} (the rest lives in the profile's runtime section)")
     params = {**DEFAULTS, "measure_latency": True, **ctx.section("runtime"), **options}
-    for key in ("batch_size", "latency_runs", "threads", "device_batch"):
+    for key in ("batch_size", "latency_runs", "threads", "device_batch", "workers"):
         if int(params[key]) < 1:
             raise RuntimeConfigError(f"runtime.{key} must be >= 1, got {params[key]}")
     return params
@@ -201,19 +164,46 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     """Lower every regime's selected graph (:mod:`.regimes`); the shipped regime's record is
     ``runtime/runtime.json`` and names the others' (``runtime/<regime>/runtime.json``).  Latency is timed,
     and the device program lowered, for the shipped ``.pte`` only: every regime has the same architecture
-    and lowering, and the card points a device at the shipped regime's program."""
+    and lowering, and the card points a device at the shipped regime's program.  The programs are lowered
+    first, side by side in ``runtime.workers`` processes (:mod:`.lowering`)."""
     from ..training import regimes
 
     params = runtime_params(ctx, **options)
     items = regimes.of_run(ctx)
+    shipped = regimes.shipped(items)
+    jobs = [job for regime in (shipped, *(r for r in items if not r.shipped))
+            for job in lowering_jobs(ctx, regime, int(params["device_batch"]) if regime.shipped else None)]
+    lowered = lower_all(jobs, int(params["workers"]))
+    timing = {"workers": int(params["workers"]),
+              "seconds": {key: result.seconds for key, result in lowered.items()}}
     untimed = {**params, "measure_latency": False, "device_program": False}
-    others = {r.name: run_regime(ctx, untimed, r) for r in items if not r.shipped}
-    return run_regime(ctx, params, regimes.shipped(items), others)
+    others = {r.name: run_regime(ctx, untimed, r, lowered) for r in items if not r.shipped}
+    return run_regime(ctx, params, shipped, lowered, others, lowering=timing)
 
 
-def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
-               others: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Lower one regime's selected graph, execute the .pte from disk on the locked test, audit it, time it."""
+def lowering_jobs(ctx: RunContext, regime: Any, device_batch: int | None) -> list[LoweringJob]:
+    """The programs one regime needs: its selected graph with a dynamic batch (key: the regime's name)
+    and, given ``device_batch``, the device program (key: ``<regime>/device``)."""
+    from .. import ptq as quant
+
+    at = regime.path
+    verify_artifact(ctx.run_dir, at("ptq/ptq.json"))
+    selected = json.loads((ctx.run_dir / at("ptq/ptq.json")).read_text())
+    graph = selected["selected_graph"]
+    verify_artifact(ctx.run_dir, at(quant.SELECTED), graph["sha256"])
+    common = {"graph": (ctx.run_dir / at(quant.SELECTED)).read_bytes(),
+              "image_size": int(selected["compact"]["image_size"]), "max_batch": int(graph["max_batch"])}
+    jobs = [LoweringJob(regime.name, **common)]
+    if device_batch is not None:
+        jobs.append(LoweringJob(f"{regime.name}/device", device_batch=device_batch, **common))
+    return jobs
+
+
+def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any, lowered: dict[str, Lowered],
+               others: dict[str, dict[str, Any]] | None = None,
+               lowering: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write one regime's lowered programs, execute the .pte from disk on the locked test, audit it,
+    time it."""
     from .. import ptq as quant
     from ..core import checkpoint
     from ..nets import predict
@@ -225,19 +215,19 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
     ptq_record = ch.read_json(at("ptq/ptq.json"))
     selected = ptq_record["selected_graph"]
     image_size = int(ptq_record["compact"]["image_size"])
-    with ch.native_output(at(NATIVE_LOG)):  # ExecuTorch's C++ logging goes to the log, not the book
-        program = load_program(ch.verify(at(quant.SELECTED), selected["sha256"]).read_bytes())
+    batched = lowered[regime.name]
+    ch.add_native_output(at(NATIVE_LOG), batched.native_output)  # ExecuTorch's C++ logging: the log
+    with ch.native_output(at(NATIVE_LOG)):
         # the program returns (logits, features): chapter 11's abstention reads both (.outputs)
-        graph = outputs.with_feature_output(program.module())
-        example = torch.zeros(2, 3, image_size, image_size)
-        data, delegation, delegation_summary = lower(quant.export_dynamic(graph, example,
-                                                                          int(selected["max_batch"])))
+        graph = featured_graph(ch.verify(at(quant.SELECTED), selected["sha256"]).read_bytes())
+    data, delegation, delegation_summary = batched.data, batched.delegation, batched.summary
     atomic_write_bytes(ch.path(at(PTE)), data)
     pte_sha = ch.record_output(at(PTE))
     device_record, device_sha = None, None
     if params.get("device_program", True):
-        with ch.native_output(at(NATIVE_LOG)):
-            device_data, _, _ = lower(device.device_program(graph, image_size, int(params["device_batch"])))
+        device_lowered = lowered[f"{regime.name}/device"]
+        ch.add_native_output(at(NATIVE_LOG), device_lowered.native_output)
+        device_data = device_lowered.data
         atomic_write_bytes(ch.path(at(device.DEVICE_PTE)), device_data)
         device_sha = ch.record_output(at(device.DEVICE_PTE))
 
@@ -309,7 +299,7 @@ def run_regime(ctx: RunContext, params: dict[str, Any], regime: Any,
         pte_max_batch=forward.max_batch, program_outputs=program_outputs, device_program=device_record,
         test=test, latency=None if latency is None else latency.to_dict("records"), latency_ratios=ratios,
         host={"cpu_count": os.cpu_count(), "platform": sys.platform, "torch": torch.__version__},
-        regime=regime.name,
+        regime=regime.name, lowering=lowering,
         regimes={name: {"record": f"{FOLDER}/{name}/{FOLDER}.json", "pte": other["pte"],
                         "figures": other["figures"]} for name, other in (others or {}).items()},
     )

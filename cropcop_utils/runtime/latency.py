@@ -3,7 +3,9 @@
 tracemalloc does not see native allocations, so memory is the resident-set high-water mark (reset after
 the imports, ``ru_maxrss`` where it cannot be) minus the resident size just before the model was loaded.
 Each measurement runs in a fresh interpreter (``python -m cropcop_utils.runtime SPEC``), so no model
-sees another's memory.
+sees another's memory.  The interpreters start together and import their libraries side by side (for a
+small model the imports are most of a measurement); each then waits for a line on its stdin, and they are
+let go one at a time, so no two measurements overlap.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,8 @@ from ..core.config import REPO_ROOT
 from ..nets.pte import PteForward, verified_pte_bytes
 
 MIB = 2**20
+READY = "ready"  # what a worker prints when its imports are done; it then waits for GO on stdin
+GO = "go"
 
 
 class LatencyError(RuntimeError):
@@ -61,23 +68,27 @@ def _peak_rss(reset: bool) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
-def latency_worker(spec: dict[str, Any]) -> dict[str, Any]:
+def latency_worker(spec: dict[str, Any], imported: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run inside a process of its own: load one model, time batch-1 calls, report peak memory.
 
     ``spec``: kind ("pte" | "eager"), image_size, warmup, runs, threads, seed, and for "pte" path +
     sha256, for "eager" arch + num_classes + state_path (a state_dict file) and optionally channels_last.
     Memory: the resident-set high-water mark is reset after the imports (Linux ``clear_refs``), so the
     peak counts loading and running the model, not the import transients; where that is unsupported,
-    ``ru_maxrss`` is used.
+    ``ru_maxrss`` is used.  ``imported`` is called once the imports are done (:func:`measure_all` holds
+    the process there until no other measurement runs).
     """
     import gc
-    import time
 
+    if spec["kind"] not in ("pte", "eager"):  # before the imports: a wrong spec fails in a second
+        raise ValueError(f"unknown latency kind {spec['kind']!r}")
     import executorch.runtime  # noqa: F401  (both kinds import the same libraries: comparable baselines)
     import psutil
 
     from ..nets.models import create_model
 
+    if imported is not None:
+        imported()
     threads = _set_threads(int(spec["threads"]))
     gc.collect()
     reset = _reset_peak_rss()
@@ -85,16 +96,15 @@ def latency_worker(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "pte":
         forward: Callable[[torch.Tensor], Any] = PteForward(verified_pte_bytes(spec["path"], spec["sha256"]),
                                                             spec["sha256"])
-    elif spec["kind"] == "eager":
+    else:
         model = create_model(spec["arch"], int(spec["num_classes"])).eval()
         model.load_state_dict(torch.load(spec["state_path"], map_location="cpu", weights_only=True))
         # the chapter's baseline is the model as built (NCHW); bench/runtime_bench.py also times channels-last
         forward = model.to(memory_format=torch.channels_last) if spec.get("channels_last") else model
-    else:
-        raise ValueError(f"unknown latency kind {spec['kind']!r}")
     size = int(spec["image_size"])
     x = torch.randn((1, 3, size, size), generator=torch.Generator().manual_seed(int(spec["seed"])))
     times = []
+    timed_from = time.time()  # wall clock, so a caller can see that no two measurements overlapped
     with torch.inference_mode():
         for _ in range(int(spec["warmup"])):
             forward(x)
@@ -108,39 +118,96 @@ def latency_worker(spec: dict[str, Any]) -> dict[str, Any]:
             "p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
             "mean_ms": float(ms.mean()), "rss_before_load_mib": rss_before / MIB, "peak_rss_mib": peak / MIB,
             "peak_above_baseline_mib": (peak - rss_before) / MIB,
-            "peak_method": "VmHWM reset after imports" if reset else "ru_maxrss since process start"}
+            "peak_method": "VmHWM reset after imports" if reset else "ru_maxrss since process start",
+            "pid": os.getpid(), "timed_from": timed_from, "timed_to": time.time()}
+
+
+def wait_for_turn() -> None:
+    """The worker's side of :func:`measure_all`: say the imports are done, wait to be let go."""
+    print(READY, flush=True)
+    if sys.stdin.readline().strip() != GO:
+        raise SystemExit("the latency worker was not let go (its parent stopped waiting)")
+
+
+def measure_all(specs: list[dict[str, Any]], timeout_s: float = 900) -> list[dict[str, Any]]:
+    """:func:`latency_worker` for each spec, each in a fresh Python process, measured one after another.
+
+    Not children forked from a process that imported the libraries once: a fork shares the parent's
+    library pages without mapping them, so every page the model touches counts again as its memory
+    (+6 to +21 MiB per model on the smoke book's programs), and the memory ratios would measure that.
+    ``timeout_s`` bounds each process from its start to its result."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as scratch:
+        errors = [Path(scratch) / f"{i}.err" for i in range(len(specs))]
+        procs = []
+        try:
+            for spec, err in zip(specs, errors, strict=True):
+                with err.open("w") as stderr:  # a file, not a pipe: nothing blocks on a full buffer
+                    procs.append(subprocess.Popen(
+                        [sys.executable, "-m", "cropcop_utils.runtime", json.dumps(spec)], text=True, env=env,
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=REPO_ROOT))
+            for proc, spec, err in zip(procs, specs, errors, strict=True):  # every import done first
+                _await_ready(proc, started + timeout_s, spec, err)
+            results = []
+            for proc, spec, err in zip(procs, specs, errors, strict=True):
+                try:
+                    out, _ = proc.communicate(GO + "\n", timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    raise _too_long(spec) from None
+                if proc.returncode != 0 or not out.strip():
+                    raise _failed(proc, spec, err)
+                results.append(json.loads(out.strip().splitlines()[-1]))
+            return results
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.communicate()
+
+
+def _await_ready(proc: subprocess.Popen, deadline: float, spec: dict[str, Any], err: Path) -> None:
+    """Read the worker's stdout up to its READY line (a library may print before it); a worker still
+    importing at the deadline is killed."""
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), proc.kill)
+    watchdog.start()
+    try:
+        for line in iter(proc.stdout.readline, ""):
+            if line.strip() == READY:
+                return
+    finally:
+        watchdog.cancel()
+    raise _too_long(spec) if time.monotonic() >= deadline else _failed(proc, spec, err)
+
+
+def _too_long(spec: dict[str, Any]) -> LatencyError:
+    return LatencyError(f"latency measurement of the {spec['kind']} model exceeded its time limit; lower "
+                        "runtime.latency_runs or raise runtime.latency_timeout_s")
+
+
+def _failed(proc: subprocess.Popen, spec: dict[str, Any], err: Path) -> LatencyError:
+    return LatencyError(f"latency measurement of the {spec['kind']} model failed (exit {proc.wait()}):\n"
+                        f"{err.read_text()[-2000:]}")
 
 
 def measure(spec: dict[str, Any], timeout_s: float = 900) -> dict[str, Any]:
-    """:func:`latency_worker` in a fresh Python process (so neither model sees the other's memory).
-
-    Not a child forked from a process that imported the libraries once: a fork shares the parent's
-    library pages without mapping them, so every page the model touches counts again as its memory
-    (+6 to +21 MiB per model on the smoke book's programs), and the memory ratios would measure that."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                                     os.environ.get("PYTHONPATH")]))}
-    try:
-        done = subprocess.run([sys.executable, "-m", "cropcop_utils.runtime", json.dumps(spec)],
-                              capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO_ROOT)
-    except subprocess.TimeoutExpired:
-        raise LatencyError(f"latency measurement of the {spec['kind']} model exceeded {timeout_s:.0f} s; "
-                           "lower runtime.latency_runs") from None
-    if done.returncode != 0:
-        raise LatencyError(f"latency measurement of the {spec['kind']} model failed "
-                           f"(exit {done.returncode}):\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """One :func:`latency_worker` in a fresh Python process (:func:`measure_all`)."""
+    return measure_all([spec], timeout_s)[0]
 
 
 def compare_latency(pte_spec: dict[str, Any], eager_spec: dict[str, Any], timeout_s: float = 900,
                     device_spec: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per model (.pte, the device program when given, eager float) with p50 / p95 ms per image
-    and memory; sequential runs."""
-    rows = [{"model": ".pte (XNNPACK, INT8)", **measure(pte_spec, timeout_s)}]
+    and memory; the measurements run one after another (:func:`measure_all`)."""
+    models = [(".pte (XNNPACK, INT8)", pte_spec, {})]
     if device_spec is not None:
-        rows.append({"model": f".pte device program (batch {device_spec.get('batch', 1)})",
-                     **measure(device_spec, timeout_s), "kind": "device_pte"})
-    rows.append({"model": "eager float (PyTorch)", **measure(eager_spec, timeout_s)})
-    return pd.DataFrame(rows)
+        models.append((f".pte device program (batch {device_spec.get('batch', 1)})", device_spec,
+                       {"kind": "device_pte"}))
+    models.append(("eager float (PyTorch)", eager_spec, {}))
+    results = measure_all([spec for _, spec, _ in models], timeout_s)
+    return pd.DataFrame([{"model": name, **result, **extra}
+                         for (name, _, extra), result in zip(models, results, strict=True)])
 
 
 def latency_ratios(table: pd.DataFrame) -> dict[str, float]:

@@ -143,12 +143,16 @@ def test_native_output_goes_to_a_registered_log(tmp_path):
     finally:
         library.removeHandler(console)
     assert console.stream is sys.stderr  # restored after the block
+    # what a worker process caught (chapter 7's lowering) is appended to the same registered log
+    chapter.add_native_output(None, b"caught in a worker\n")
     log = (tmp_path / "runtime" / "native.log").read_text()
     assert log.splitlines() == ["[cpuinfo_utils.cpp:71] native line", "from printf", "second block",
-                                "a library notice", "[cpuinfo_utils.cpp:125] via sys.stderr"]
+                                "a library notice", "[cpuinfo_utils.cpp:125] via sys.stderr",
+                                "caught in a worker"]
+    assert evidence.verify_artifact(tmp_path, "runtime/native.log") == evidence.sha256_bytes(log.encode())
     record = chapter.finish({})
-    assert record["native_output"] == {"runtime/native.log": {"lines": 5, "bytes": len(log)}}
-    assert "(5 lines" in evidence.native_output_note(record) and "`runtime/native.log`" in \
+    assert record["native_output"] == {"runtime/native.log": {"lines": 6, "bytes": len(log)}}
+    assert "(6 lines" in evidence.native_output_note(record) and "`runtime/native.log`" in \
         evidence.native_output_note(record)
     assert evidence.native_output_note({"figures": {}}) == ""
     silent = {"native_output": {"runtime/native.log": {"lines": 5, "bytes": 9},
@@ -162,6 +166,6 @@ def test_native_output_goes_to_a_registered_log(tmp_path):
     shipped = {**record, "regimes": {"other": {"record": "runtime/other/runtime.json"}}}
     assert "runtime/other/native.log" not in evidence.native_output_note(shipped)
     assert "(2 lines" in evidence.native_output_note(shipped, tmp_path)
-    assert "(5 lines" in evidence.native_output_note(shipped, tmp_path)
+    assert "(6 lines" in evidence.native_output_note(shipped, tmp_path)
     assert evidence.read_registry(tmp_path)["runtime/native.log"]["sha256"] == evidence.sha256_file(
         tmp_path / "runtime" / "native.log")

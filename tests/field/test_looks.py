@@ -155,10 +155,10 @@ def test_each_states_occlusion_figure_is_its_own_programs(tmp_path):
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory) -> dict[float, tuple[bytes, bytes]]:
     """Each Looker statically quantised (calibrated on the leaf photos) to an INT8 graph (the
-    ``ptq/selected.pt2`` bytes) and lowered to a .pte with chapter 7's :func:`runtime.lower`."""
+    ``ptq/selected.pt2`` bytes) and lowered to a .pte with chapter 7's :func:`lowering.lower`."""
     from cropcop_utils import ptq as quant
     from cropcop_utils.nets.int8_graph import load_program
-    from cropcop_utils.runtime import chapter as runtime
+    from cropcop_utils.runtime import lowering
 
     sets = _leaf_set(tmp_path_factory.mktemp("calibration"))
     images = torch.stack([SPEC.load_tensor(item["path"]) for item in sets["lab_plain"]])
@@ -171,7 +171,7 @@ def programs(tmp_path_factory) -> dict[float, tuple[bytes, bytes]]:
         exported = quant.export_dynamic(Looker(sign).eval(), example, MAX_BATCH)
         graph, _ = quant.quantise(exported, candidate, [images], example)
         blob = quant.serialise(graph, example, MAX_BATCH)
-        pte, _, _ = runtime.lower(load_program(blob))
+        pte, _, _ = lowering.lower(load_program(blob))
         built[sign] = (blob, pte)
     return built
 

@@ -23,7 +23,7 @@ from cropcop_utils.core import evidence
 from cropcop_utils.nets import pte as pte_program
 from cropcop_utils.nets.int8_graph import load_program
 from cropcop_utils.runtime import chapter as runtime
-from cropcop_utils.runtime import device, latency, outputs
+from cropcop_utils.runtime import device, latency, lowering, outputs
 from cropcop_utils.split import locked_test
 
 
@@ -92,6 +92,10 @@ def test_chapter_lowers_executes_from_disk_and_audits(runtime_run):
     assert record["pte"]["ratio"] == pytest.approx(pte.stat().st_size / record["pte"]["state_bytes"])
     delegation = pd.read_parquet(run_dir / "runtime/delegation.parquet")
     assert delegation["delegated"].sum() == record["delegation"]["delegated_nodes"] > 0
+    # the .pte and the device program, each lowered once, timed
+    assert record["lowering"]["workers"] == int(run.ctx.section("runtime")["workers"])
+    assert set(record["lowering"]["seconds"]) == {run.ctx.section("training")["regime"],
+                                                  f"{run.ctx.section('training')['regime']}/device"}
     # A new record for the .pte, read through the locked test under the .pte's own SHA-256.
     test = pd.read_parquet(run_dir / runtime.TEST_RECORD)
     assert len(test) == 12 and (test["model_state"] == record["pte"]["sha256"]).all()
@@ -133,6 +137,16 @@ def test_latency_is_measured_in_fresh_processes(smoke_book):
         latency.loc["device_pte", "peak_above_baseline_mib"]
         / latency.loc["eager", "peak_above_baseline_mib"])
     assert record["figures"]["latency_p50_ratio"] == record["latency_ratios"]["p50_ratio"]
+    # three processes, started together, timed one after another
+    assert latency["pid"].nunique() == 3
+    spans = latency.sort_values("timed_from")[["timed_from", "timed_to"]].to_numpy()
+    assert (spans[1:, 0] >= spans[:-1, 1]).all(), spans
+
+
+def test_a_failed_latency_worker_says_why():
+    with pytest.raises(latency.LatencyError, match="unknown latency kind 'tflite'"):
+        latency.measure_all([{"kind": "tflite", "image_size": 8, "warmup": 0, "runs": 1, "threads": 1,
+                              "seed": 0}], timeout_s=300)
 
 
 @pytest.mark.slow
@@ -178,7 +192,7 @@ def static_pte(ptq_run):  # noqa: F811
 
     Static, whichever candidate chapter 6 selected (a macro-F1 tie goes to the dynamic one, whose float
     logits have no output grid to count steps on); exported with the profile's batch bound, as chapter 6
-    does, and lowered with chapter 7's :func:`runtime.lower`.
+    does, and lowered with chapter 7's :func:`lowering.lower`.
     """
     from cropcop_utils.core.imaging import ImageSpec
     from cropcop_utils.nets.models import create_model
@@ -198,7 +212,7 @@ def static_pte(ptq_run):  # noqa: F811
                               quant.image_batches(train, run.ctx.corpus_root, spec, 8), example)
     blob = quant.serialise(graph, example, max_batch)
     program = load_program(blob).module()
-    data, _, _ = runtime.lower(load_program(blob))
+    data, _, _ = lowering.lower(load_program(blob))
     # Real images under the loading contract: train and val rows (the locked test split stays locked).
     rows = run.rows[run.rows["split"] != "test"].reset_index(drop=True)
     (x,) = quant.image_batches(rows, run.ctx.corpus_root, spec, batch_size=len(rows))
@@ -238,7 +252,7 @@ def test_the_features_output_leaves_the_logits_bit_identical(static_pte):
     forward, program, x, _, max_batch = static_pte
     featured = outputs.with_feature_output(program)
     example = torch.zeros((2, *x.shape[1:]))
-    data, _, _ = runtime.lower(quant.export_dynamic(featured, example, max_batch))
+    data, _, _ = lowering.lower(quant.export_dynamic(featured, example, max_batch))
     both = pte_program.PteForward(data, evidence.sha256_bytes(data))
     assert (forward.n_outputs, both.n_outputs) == (1, 2)
     for batch in sorted({1, 7, max_batch}):
@@ -403,12 +417,15 @@ def test_every_default_candidate_lowers_to_a_pte_that_runs_the_default_compact_m
     configurations = {(c.activations, c.per_channel, c.float_modules): c
                       for c in quant.parse_candidates(profile["ptq"])}
     assert any(c.float_modules for c in configurations.values()), "the float-stem candidate lowers too"
-    for candidate in configurations.values():
-        graph, _ = quant.quantise(exported, candidate, calibration, example)
-        data, _, _ = runtime.lower(load_program(quant.serialise(graph, example, max_batch)))
-        forward = pte_program.PteForward(data, evidence.sha256_bytes(data))
+    # lowered as chapter 7 lowers them (with the features output), in this process: in a 2-core suite a
+    # pool would only add its workers' imports (tests/runtime/test_lowering.py tests the pool)
+    graphs = {c.name: quant.quantise(exported, c, calibration, example)[0] for c in configurations.values()}
+    jobs = [lowering.LoweringJob(name, quant.serialise(graph, example, max_batch), 64, max_batch)
+            for name, graph in graphs.items()]
+    for name, lowered in lowering.lower_all(jobs, workers=1).items():
+        forward = pte_program.PteForward(lowered.data, evidence.sha256_bytes(lowered.data))
         for batch in (1, 3):
-            assert forward(calibration[0][:batch]).shape == (batch, 3), (candidate.name, batch)
+            assert forward(calibration[0][:batch]).shape == (batch, 3), (name, batch)
 
 
 @pytest.mark.slow
