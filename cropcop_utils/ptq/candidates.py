@@ -52,6 +52,10 @@ class Candidate:
     # modules (attribute paths, e.g. ``conv_stem``) the quantizer leaves float32; the default profile
     # says what keeping the stem, which reads the raw pixels, float bought on validation
     float_modules: tuple[str, ...] = ()
+    # ReLU6 (hardtanh 0..6) split into relu + hardtanh before annotation (:func:`.pt2e.split_relu6`):
+    # XNNPACKQuantizer fuses conv (+ batch norm) + relu, not + hardtanh, so without it each conv's output
+    # is quantised over its negative values too, which the clip then throws away
+    fuse_relu6: bool = False
 
     @property
     def static(self) -> bool:
@@ -86,8 +90,11 @@ def parse_candidates(section: dict[str, Any]) -> list[Candidate]:
                                  f"got calibration_rows = {rows}")
         if activations == "static" and rows < 1:
             raise PTQConfigError(f"ptq candidate {name!r}: static activations need calibration_rows >= 1")
+        fuse = entry.get("fuse_relu6", False)
+        if not isinstance(fuse, bool):
+            raise PTQConfigError(f"ptq candidate {name!r}: fuse_relu6 must be true or false, got {fuse!r}")
         candidates.append(Candidate(name, activations, bool(entry.get("per_channel", True)), rows, order,
-                                    _float_modules(name, entry.get("float_modules"))))
+                                    _float_modules(name, entry.get("float_modules")), fuse))
     return candidates
 
 

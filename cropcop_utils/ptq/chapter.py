@@ -189,6 +189,7 @@ def evaluate_candidate(ch: Chapter, exported: Any, candidate: Candidate, batches
     scores = predict.score(record)
     result = {"candidate": candidate.name, "order": candidate.order, "activations": candidate.activations,
               "per_channel": candidate.per_channel, "float_modules": " ".join(candidate.float_modules),
+              "fuse_relu6": candidate.fuse_relu6,
               "declared_rows": candidate.calibration_rows,
               "calibration_rows": n_rows, "accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"],
               "agreement": agreement(record["pred"], float_val["pred"]), "serialised_bytes": len(blob),

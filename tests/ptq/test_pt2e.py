@@ -119,3 +119,47 @@ def test_float_modules_stay_float32_and_a_misnamed_one_is_refused(tiny_model):
 def test_export_refuses_a_batch_of_one(tiny_model):
     with pytest.raises(ValueError, match="at least 2"):
         quant.export_dynamic(tiny_model, torch.zeros(1, 3, SIZE, SIZE), 8)
+
+
+class _Relu6Net(torch.nn.Module):
+    """Two conv + batch norm + ReLU6 blocks, as EfficientNet-Lite builds them, and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_stem, self.bn1 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.conv, self.bn2 = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.act = torch.nn.ReLU6(inplace=True)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.bn2(self.conv(self.act(self.bn1(self.conv_stem(x))))))
+        return self.head(x.mean((2, 3)))
+
+
+def _clip_zero_points(graph: torch.fx.GraphModule) -> list[int]:
+    """The zero point of every activation quantisation that reads a ReLU6 clip's output."""
+    quantize = torch.ops.quantized_decomposed.quantize_per_tensor.default
+    return [int(n.args[2]) for n in graph.graph.nodes
+            if n.target == quantize and getattr(n.args[0], "target", None) in quant.RELU6]
+
+
+def test_fuse_relu6_quantises_conv_outputs_from_zero_and_keeps_the_float_function():
+    torch.manual_seed(0)
+    model = _Relu6Net().eval()
+    example = torch.zeros(2, 3, 16, 16)
+    exported = quant.export_dynamic(model, example, max_batch=16)
+    split = exported.module()
+    assert quant.split_relu6(split) == 2
+    x = torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(split(x), exported.module()(x))  # relu then the clip is the clip
+    plain, fused = quant.parse_candidates({"candidates": [
+        {"name": "plain", "activations": "static", "calibration_rows": 16},
+        {"name": "fused", "activations": "static", "calibration_rows": 16, "fuse_relu6": True}]})
+    batches = [torch.randn(16, 3, 16, 16, generator=torch.Generator().manual_seed(2))]
+    # without the rewrite the clip shares the range of the conv output before it, negatives included
+    assert max(_clip_zero_points(quant.quantise(exported, plain, batches, example)[0])) > -128
+    # with it the conv + relu pattern puts the range after the relu: it starts at 0 (int8 zero point -128)
+    assert _clip_zero_points(quant.quantise(exported, fused, batches, example)[0]) == [-128, -128]
+    with pytest.raises(quant.PTQConfigError, match="fuse_relu6 must be true or false"):
+        quant.parse_candidates({"candidates": [{"name": "bad", "activations": "static", "calibration_rows": 1,
+                                                "fuse_relu6": "yes"}]})

@@ -414,7 +414,7 @@ def test_every_default_candidate_lowers_to_a_pte_that_runs_the_default_compact_m
     exported = quant.export_dynamic(model, example, max_batch)
     calibration = [torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))]
     # Candidates that differ only in their calibration rows lower to the same operators: one each.
-    configurations = {(c.activations, c.per_channel, c.float_modules): c
+    configurations = {(c.activations, c.per_channel, c.float_modules, c.fuse_relu6): c
                       for c in quant.parse_candidates(profile["ptq"])}
     assert any(c.float_modules for c in configurations.values()), "the float-stem candidate lowers too"
     # lowered as chapter 7 lowers them (with the features output), in this process: in a 2-core suite a
