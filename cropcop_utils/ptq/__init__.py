@@ -61,9 +61,8 @@ __all__ = [
     "CHECKPOINT", "DEFAULTS", "FLOAT_TEST", "FLOAT_VAL", "GATE_DECIMALS", "RELU6", "SELECTED",
     "SELECTION_RULE", "TEST_RECORD", "CalibrationLeak", "Candidate", "CheckpointMismatch", "Gate",
     "GateFailure", "PTQConfigError", "agreement", "aligned", "apply_gate", "assert_train_only",
-    "calibration_order",
-    "declaration", "evaluate_candidate", "export_dynamic", "float_record", "gate_points", "image_batches",
-    "load_compact", "macro_f1_drop", "parse_candidates", "plot_gate", "ptq_params", "quantise",
-    "quantised_ops", "quantizer_patterns", "rank_candidates", "run_chapter", "run_regime",
+    "calibration_order", "declaration", "evaluate_candidate", "export_dynamic", "float_record", "gate_points",
+    "image_batches", "load_compact", "macro_f1_drop", "parse_candidates", "plot_gate", "ptq_params",
+    "quantise", "quantised_ops", "quantizer_patterns", "rank_candidates", "run_chapter", "run_regime",
     "score_locked_test", "select_candidate", "serialise", "split_relu6", "stored_bytes", "summarise_ops",
 ]

@@ -135,7 +135,8 @@ def measure_all(specs: list[dict[str, Any]], timeout_s: float = 900) -> list[dic
     Not children forked from a process that imported the libraries once: a fork shares the parent's
     library pages without mapping them, so every page the model touches counts again as its memory
     (+6 to +21 MiB per model on the smoke book's programs), and the memory ratios would measure that.
-    ``timeout_s`` bounds each process from its start to its result."""
+    ``timeout_s`` bounds the imports (all processes together, from their start) and then each
+    measurement (from the moment it is let go)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                                      os.environ.get("PYTHONPATH")]))}
     started = time.monotonic()
