@@ -260,7 +260,11 @@ def protection_summary(protection: dict[str, Any]) -> dict[str, Any]:
                                   for k, v in ((m, f[m]["value"]), (f"{m}_ci", f[m]["ci"]))}}
                         for name, f in protection["chosen_figures"].items()},
             "targets": protection["targets"],
-            "verdict": protection["verdict"]}
+            "verdict": protection["verdict"],
+            # per validation set, what the recipe did there and whether any threshold could meet the targets
+            "validation": {name: {**r, "coverage": r["coverage"]["value"],
+                                  "selective_accuracy": r["selective_accuracy"]["value"]}
+                           for name, r in (protection.get("validation") or {}).items()}}
 
 
 # --------------------------------------------------------------------------- tables and prose

@@ -158,6 +158,41 @@ def accepted(candidate: dict[str, Any], score: np.ndarray, msp: np.ndarray) -> n
     )
 
 
+def validation_reach(candidate: dict[str, Any], scores: np.ndarray, msp: np.ndarray, correct: np.ndarray,
+                     sets: dict[str, tuple[str, np.ndarray]], targets: dict[str, float],
+                     level: float) -> dict[str, Any]:
+    """What validation already says of the in-scope targets, per validation set (``sets``: name → (``lab``
+    or ``field``, its row mask)): the fitted candidate's answered share and accuracy on that set, and its
+    *reach* — the most of the set a confidence threshold can answer, behind the candidate's own outlier
+    threshold, at the set's accuracy target.  A reach below the coverage target means no threshold chosen
+    on validation can promise both targets with this model: its ranking of its own errors, not the
+    thresholds, is the limit."""
+    out = {}
+    for name, (kind, mask) in sets.items():
+        mask = np.asarray(mask, dtype=bool)
+        if not mask.any():
+            continue
+        cover, risk = ((targets["lab_coverage"], targets["lab_selective_risk"]) if kind == "lab" else
+                       (targets["field_coverage"], 1.0 - targets["field_selective_accuracy"]))
+        right = np.asarray(correct, dtype=bool)[mask]
+        answer = accepted(candidate, np.asarray(scores)[mask], np.asarray(msp)[mask])
+        kept = np.asarray(scores)[mask] <= candidate["score_threshold"]
+        reach = (choose_threshold(np.asarray(msp)[mask][kept], right[kept], risk)["val_coverage"]
+                 * kept.mean()) if kept.any() else 0.0
+        out[name] = {
+            "kind": kind,
+            "n": int(mask.sum()),
+            "coverage": proportion(int(answer.sum()), len(answer), level, f"{name} rows"),
+            "selective_accuracy": proportion(int((right & answer).sum()), int(answer.sum()), level,
+                                             "answered rows"),
+            "coverage_target": float(cover),
+            "accuracy_target": float(1.0 - risk),
+            "reach": float(reach),
+            "reachable": bool(reach >= cover),
+        }
+    return out
+
+
 def apply_recipe(recipe: dict[str, Any], detectors: dict[str, Any], out: Outputs) -> np.ndarray:
     """The deployment recipe (``abstention.json`` → ``deployment.protection.recipe``) applied to a program's
     outputs: which inputs it answers.  ``detectors``: :func:`fit_detectors` on the recipe's reference

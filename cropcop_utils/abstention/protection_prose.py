@@ -9,7 +9,7 @@ import pandas as pd
 
 
 def _pct(share: dict[str, Any] | None) -> str:
-    if not share:
+    if not share or share.get("value") is None:  # no rows, or none answered: a share without a value
         return "n/a"
     low, high = share["ci"]
     return f"{100 * share['value']:.1f} % [{100 * low:.1f}, {100 * high:.1f}]"
@@ -48,6 +48,33 @@ def verdict_sentence(verdict: dict[str, Any]) -> str:
     )
 
 
+def validation_sentence(validation: dict[str, Any]) -> str:
+    """What the recipe did on its own validation sets, and whether any threshold could have met the
+    in-scope targets there (:func:`.protection.validation_reach`)."""
+    if not validation:
+        return ""
+    parts = [
+        f"`{name}` (n = {r['n']:,}) answered {_pct(r['coverage'])}, right on "
+        f"{_pct(r['selective_accuracy'])}; "
+        f"behind the outlier threshold a confidence threshold answers at most {100 * r['reach']:.1f} % of it "
+        f"at ≥ {100 * r['accuracy_target']:.0f} % right (target: answer ≥ {100 * r['coverage_target']:.0f} %)"
+        for name, r in validation.items()
+    ]
+    short = [name for name, r in validation.items() if not r["reachable"]]
+    tail = (
+        " So on " + " and ".join(f"`{n}`" for n in short) + " no confidence threshold behind this outlier "
+        "threshold meets both targets: the miss was foreseeable before any held-back input was scored, and "
+        "only a looser outlier threshold (which refuses less of what is out of scope) or a model that ranks "
+        "its own errors better can move it."
+        if short else " Validation leaves room for the in-scope targets of these sets."
+    )
+    if not any(r["kind"] == "field" for r in validation.values()):
+        tail += (" There are no field validation rows: validation says nothing of the field targets (a "
+                 "lab-only model's abstention is judged on the field cohorts alone).")
+    return "What validation already said (the recipe on its own validation rows): " + "; ".join(parts) + \
+        "." + tail
+
+
 def _check(c: dict[str, Any]) -> str:
     unit = 100.0
     return f"{c['what']} {unit * c['value']:.1f} % (target {c['op']} {unit * c['goal']:.0f} %)"
@@ -81,6 +108,7 @@ def protection_text(protection: dict[str, Any]) -> str:
         + "; ".join(set_sentence(n, f, targeted) for n, f in protection["chosen_figures"].items())
         + ".\n\n"
         + verdict_sentence(protection["verdict"])
+        + ("\n\n" + validation_sentence(protection["validation"]) if protection.get("validation") else "")
     )
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.evidence import Chapter, sha256_bytes
+from ..core.sources import FIELD_TRAIN
 from ..nets.features import features_frame
 from . import program_outputs as outputs
 from .protection import (
@@ -26,6 +27,7 @@ from .protection import (
     fit_candidates,
     fit_detectors,
     outlier_scores,
+    validation_reach,
     verdict,
 )
 from .records import FOLDER
@@ -133,6 +135,11 @@ def measure_protection(
     near_targets = [str(k) for k in params.get("near_target_kinds") or []]
     judged = verdict(table, chosen, targets, near_targets)
     chosen_fit = fitted[chosen]
+    from_field = (val_rows["source"] == FIELD_TRAIN).to_numpy() if "source" in val_rows.columns else \
+        np.zeros(len(val_rows), dtype=bool)
+    reach = validation_reach(chosen_fit, score["val"][chosen], msp(val_out), val_out.correct,
+                             {"lab val": ("lab", ~from_field), "field val": ("field", from_field)},
+                             targets, level)
     return {
         "library": "pytorch-ood 0.4 (Mahalanobis, RMD, KNN on the program's features); max softmax and "
         "energy from its logits",
@@ -170,6 +177,7 @@ def measure_protection(
         "targets": targets,
         "near_target_kinds": near_targets,
         "verdict": judged,
+        "validation": reach,
         "table": at(TABLE),
         "decisions": at(DECISIONS),
     }

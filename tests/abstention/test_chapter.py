@@ -75,6 +75,13 @@ def test_chapter_runs_headless_and_writes_the_recipe(smoke_chapter):
     assert recipe["protection"]["verdict"] == protection["verdict"]
     table = pd.read_parquet(ctx.run_dir / protection["table"])
     assert set(table["set"]) == set(protection["held_back"]) and "field" not in protection["fitted_on"]
+    # what validation already said: the shipped regime here selects on lab val alone
+    assert list(protection["validation"]) == ["lab val"]
+    assert protection["validation"]["lab val"]["n"] == protection["fitted_on"]["val_rows"]
+    lab_val = protection["validation"]["lab val"]
+    assert recipe["protection"]["validation"]["lab val"]["reach"] == lab_val["reach"]
+    assert any("What validation already said" in "".join(o.get("data", {}).get("text/markdown", ""))
+               for o in outputs)
     assert any("does not protect" in "".join(o.get("data", {}).get("text/markdown", ""))
                or "The abstention protects" in "".join(o.get("data", {}).get("text/markdown", ""))
                for o in outputs)
@@ -117,6 +124,7 @@ def test_temperature_and_thresholds_come_from_validation_alone(smoke_chapter, tm
     # outliers alone: the rewritten test moves its lab figures, not the recipe ...
     old_p, new_p = before["figures"]["protection"], after["figures"]["protection"]
     assert new_p["recipe"] == old_p["recipe"] and new_p["candidates"] == old_p["candidates"]
+    assert new_p["validation"] == old_p["validation"]  # what validation said is validation's alone
     assert new_p["chosen_figures"]["lab_test"] != old_p["chosen_figures"]["lab_test"]
     assert "lab_test" in old_p["held_back"] and old_p["fitted_on"]["fitting_kinds"] == ["jigsaw"]
     # ... and neither do other evaluated out-of-scope inputs (more noise, crops of every sample photo)

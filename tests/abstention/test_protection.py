@@ -89,3 +89,54 @@ def test_jigsaw_keeps_every_pixel_and_moves_the_tiles():
     assert torch.equal(shuffled.flatten(1).sort(dim=1).values, images.flatten(1).sort(dim=1).values)
     again = p.jigsaw(images, 4, torch.Generator().manual_seed(0))
     assert torch.equal(shuffled, again)  # seeded: the fitting set is reproducible
+
+
+def test_validation_reach_says_when_no_threshold_could_meet_the_in_scope_targets():
+    """Per validation set: the fitted recipe's answered share and accuracy there, and the most of the set a
+    confidence threshold can answer behind the outlier threshold at the set's accuracy target."""
+    targets = p.TARGET_DEFAULTS  # lab: >= 95 % answered at <= 1 % wrong; field: >= 90 % at >= 97 % right
+    n = 200
+    scores = np.linspace(0.0, 1.0, 2 * n)  # outlier score: the last 10 rows of each set lie beyond 0.95
+    lab = np.r_[np.ones(n, bool), np.zeros(n, bool)]
+    msp = np.r_[np.linspace(0.99, 0.6, n), np.linspace(0.99, 0.6, n)]
+    # lab: every row right; field: every fifth row wrong, wherever its confidence lies (no ranking at all)
+    correct = np.r_[np.ones(n, bool), np.arange(n) % 5 != 0]
+    candidate = {"score_threshold": 0.95, "confidence": {"threshold": 0.7}}
+    reach = p.validation_reach(candidate, scores, msp, correct,
+                               {"lab val": ("lab", lab), "field val": ("field", ~lab)}, targets, 0.95)
+    answered = p.accepted(candidate, scores[lab], msp[lab])
+    assert reach["lab val"]["coverage"]["value"] == pytest.approx(answered.mean())
+    assert reach["lab val"]["selective_accuracy"]["value"] == 1.0
+    assert reach["lab val"]["reach"] == 1.0 and reach["lab val"]["reachable"]
+    assert reach["field val"]["accuracy_target"] == pytest.approx(0.97)
+    # a model that cannot rank its errors (its most confident row is wrong): no threshold keeps 97 %
+    assert reach["field val"]["reach"] < 0.05 and not reach["field val"]["reachable"]
+    # behind the outlier threshold: what it refuses is never counted as reachable
+    ranked = p.validation_reach(candidate, scores, msp, np.ones(2 * n, bool),
+                                {"field val": ("field", ~lab)}, targets, 0.95)
+    kept = (scores[~lab] <= 0.95).mean()
+    assert ranked["field val"]["reach"] == pytest.approx(kept) and ranked["field val"]["reachable"] == (
+        kept >= 0.9)
+    assert "lab val" not in p.validation_reach(candidate, scores, msp, correct,
+                                               {"lab val": ("lab", np.zeros(2 * n, bool))}, targets, 0.95)
+
+
+def test_the_validation_sentence_names_each_set_and_the_one_no_threshold_could_serve():
+    from cropcop_utils.abstention.protection_prose import validation_sentence
+
+    def entry(reach, reachable):
+        share = {"value": 0.9, "ci": [0.85, 0.93]}
+        return {"kind": "field", "n": 300, "coverage": share, "selective_accuracy": share,
+                "coverage_target": 0.9, "accuracy_target": 0.97, "reach": reach, "reachable": reachable}
+
+    short = validation_sentence({"field val": entry(0.8967, False)})
+    assert "`field val` (n = 300) answered 90.0 % [85.0, 93.0]" in short
+    assert "at most 89.7 % of it at ≥ 97 % right (target: answer ≥ 90 %)" in short
+    assert "So on `field val` no confidence threshold behind this outlier threshold meets both" in short
+    room = validation_sentence({"field val": entry(0.93, True)})
+    assert "leaves room" in room and "no field validation rows" not in room
+    lab_only = validation_sentence({"lab val": entry(0.97, True) | {"kind": "lab"}})
+    assert "There are no field validation rows: validation says nothing of the field targets" in lab_only
+    assert validation_sentence({}) == ""
+    none = entry(0.0, False) | {"selective_accuracy": {"value": None, "ci": None, "reason": "no rows"}}
+    assert "right on n/a" in validation_sentence({"field val": none})  # a recipe that answers none

@@ -589,7 +589,11 @@ def _protection(protects: bool) -> dict:
                         "noise": {"kind": "far", "n": 200, "rejected": 0.99, "rejected_ci": [0.96, 1.0]}},
             "targets": {"far_rejection": 0.95, "field_coverage": 0.9, "field_selective_accuracy": 0.97},
             "verdict": {"checks": checks, "protects": protects,
-                        "unmet": [] if protects else ["orchard answered"], "unmeasured": []}}
+                        "unmet": [] if protects else ["orchard answered"], "unmeasured": []},
+            "validation": {"field val": {"kind": "field", "n": 300, "coverage": 0.853,
+                                         "selective_accuracy": 0.977, "coverage_target": 0.9,
+                                         "accuracy_target": 0.97, "reach": 0.93 if protects else 0.862,
+                                         "reachable": protects}}}
 
 
 @pytest.mark.parametrize("protects", [False, True])
@@ -615,6 +619,10 @@ def test_the_card_says_whether_the_abstention_protects(tmp_path, protects):
         assert "**The abstention does not protect**" in text
         assert "it misses orchard answered 63.3 % (target >= 90 %)" in text
         assert "the abstention above does not protect against them" in text
+        assert ("Validation foresaw the field targets' miss before any held-back input was scored: on "
+                "`field val`, behind the outlier threshold, no confidence threshold answers more than 86.2 % "
+                "of it at ≥ 97 % right (target: answer ≥ 90 %).") in text
+    assert ("Validation foresaw" in text) == (not protects)
     (tmp_path / card.CARD).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / card.CARD).write_text(text)
     assert card.audit_card(tmp_path) == []  # every number on it maps to its JSON path
