@@ -17,6 +17,8 @@ answered when both pass.  Which candidate ships is chosen on a *fitting* kind of
 evaluated: validation photos cut into tiles and shuffled (:func:`jigsaw`) — the candidate that rejects
 most of them at its threshold.  Every other kind (lab test, each field cohort, non-plant photos,
 textures, noise, another crop's leaves, the near out-of-scope folder) is held back and only evaluated.
+:func:`validation_reach` says, per validation set, whether any confidence threshold behind the outlier
+threshold could meet the in-scope targets there at all.
 """
 
 from __future__ import annotations
@@ -164,9 +166,9 @@ def validation_reach(candidate: dict[str, Any], scores: np.ndarray, msp: np.ndar
     """What validation already says of the in-scope targets, per validation set (``sets``: name → (``lab``
     or ``field``, its row mask)): the fitted candidate's answered share and accuracy on that set, and its
     *reach* — the most of the set a confidence threshold can answer, behind the candidate's own outlier
-    threshold, at the set's accuracy target.  A reach below the coverage target means no threshold chosen
-    on validation can promise both targets with this model: its ranking of its own errors, not the
-    thresholds, is the limit."""
+    threshold, at the set's accuracy target.  A reach below the coverage target means no confidence
+    threshold chosen on validation can promise both targets behind that outlier threshold: the miss is
+    foreseeable before any held-back input is scored."""
     out = {}
     for name, (kind, mask) in sets.items():
         mask = np.asarray(mask, dtype=bool)
@@ -174,11 +176,12 @@ def validation_reach(candidate: dict[str, Any], scores: np.ndarray, msp: np.ndar
             continue
         cover, risk = ((targets["lab_coverage"], targets["lab_selective_risk"]) if kind == "lab" else
                        (targets["field_coverage"], 1.0 - targets["field_selective_accuracy"]))
+        score, confidence = np.asarray(scores)[mask], np.asarray(msp)[mask]
         right = np.asarray(correct, dtype=bool)[mask]
-        answer = accepted(candidate, np.asarray(scores)[mask], np.asarray(msp)[mask])
-        kept = np.asarray(scores)[mask] <= candidate["score_threshold"]
-        reach = (choose_threshold(np.asarray(msp)[mask][kept], right[kept], risk)["val_coverage"]
-                 * kept.mean()) if kept.any() else 0.0
+        answer = accepted(candidate, score, confidence)
+        kept = score <= candidate["score_threshold"]
+        reach = (choose_threshold(confidence[kept], right[kept], risk)["val_coverage"] * kept.mean()
+                 if kept.any() else 0.0)
         out[name] = {
             "kind": kind,
             "n": int(mask.sum()),
