@@ -1,8 +1,9 @@
 """Abstention view study: the shipped ``.pte``'s scores from one view of each photo against the mean of its
-outputs over mirrored views, and chapter 11's pooled validation threshold against one that keeps the
-coverage on each in-scope validation set apart (lab val, field val).
+outputs over mirrored views; with ``--per-set``, where chapter 11's pooled validation threshold sits against
+each in-scope validation set's own (lab val, field val).
 
     .venv/bin/python bench/abstention_view_study.py RUN_DIR [--views 1 2 4] [--coverage 0.95] [--risk 0.02]
+                                                            [--per-set]
 
 A leaf has no "left" and (for orchard photos) no "up": its mirror images are the same input to a user, so
 averaging the program's logits and features over them is test-time augmentation that costs one program call
@@ -12,7 +13,9 @@ top-bottom mirror and both.  Every detector, reference and threshold is fitted a
 
 ``--per-set`` also prints, per score, the pooled validation quantile beside lab val's and field val's own,
 and the share of each set the pooled threshold keeps (the pooled rule lets the larger field val set
-decide).  Printed like the detector study; changes nothing in the run.
+decide).  Printed like the detector study; changes nothing in the run.  With more than one view the lab
+test's photos are read again here (chapter 7's record holds one view): a study's look, outside the book's
+locked-test log, as the detector study's ``forward`` is.
 """
 
 from __future__ import annotations
