@@ -57,7 +57,7 @@ from cropcop_utils.abstention.records import TEST_RECORDS  # noqa: E402
 from cropcop_utils.abstention.selective import choose_threshold, confidence_scores  # noqa: E402
 from cropcop_utils.core.config import reopen_run  # noqa: E402
 from cropcop_utils.core.evidence import Chapter  # noqa: E402
-from cropcop_utils.core.sources import FIELD_TRAIN  # noqa: E402
+from cropcop_utils.core.sources import is_field_train  # noqa: E402
 from cropcop_utils.field.cohorts import cohort_path  # noqa: E402
 from cropcop_utils.nets.states import STATE_FILES, load_float, load_states  # noqa: E402
 from cropcop_utils.split import load_frozen  # noqa: E402
@@ -94,8 +94,7 @@ def program_sets(run_dir: Path, forward: object | None = None
     train_rows = (frozen.rows_for("train", field_train=regime.uses_field_train)
                   .sort_values("row_id").reset_index(drop=True))
     reference, _ = outputs.score(forward, train_rows, roots(train_rows), section, batch, "reference")
-    from_field = (train_rows["source"] == FIELD_TRAIN).to_numpy() if "source" in train_rows else \
-        np.zeros(len(train_rows), bool)
+    from_field = is_field_train(train_rows)
     val_rows = regime_val_rows(frozen, regime)
     val, _ = outputs.score(forward, val_rows, roots(val_rows), section, batch, "val")
     jigsaw = outputs.fitting_outputs(forward, val_rows, roots(val_rows), section, batch,

@@ -41,7 +41,7 @@ from abstention_detector_study import (  # noqa: E402
 from cropcop_utils.abstention.chapter import regime_val_rows  # noqa: E402
 from cropcop_utils.core.config import reopen_run  # noqa: E402
 from cropcop_utils.core.evidence import Chapter  # noqa: E402
-from cropcop_utils.core.sources import FIELD_TRAIN  # noqa: E402
+from cropcop_utils.core.sources import is_field_train  # noqa: E402
 from cropcop_utils.nets.states import load_states  # noqa: E402
 from cropcop_utils.split import load_frozen  # noqa: E402
 from cropcop_utils.training import regimes  # noqa: E402
@@ -64,25 +64,18 @@ class Views:
         return [torch.stack(parts).mean(0) for parts in zip(*runs, strict=True)]
 
 
-def val_from_field(run_dir: Path) -> np.ndarray:
-    """For each validation row chapter 11 scores (in its order): whether it is a field-train photo."""
-    ctx = reopen_run(run_dir)
-    ch = Chapter(ctx.run_dir, "abstention")
-    rows = regime_val_rows(load_frozen(ch), regimes.shipped(regimes.of_run(ctx)))
-    return (rows["source"] == FIELD_TRAIN).to_numpy() if "source" in rows else np.zeros(len(rows), bool)
-
-
 def main() -> None:
     def extra(parser: object) -> None:
         parser.add_argument("--views", type=int, nargs="+", default=[1, 2, 4], choices=sorted(MIRRORS))
 
-    args, params = settings(__doc__.split("\n\n")[0], extra, per_set="also the per-set threshold rule")
+    args, params = settings(__doc__.split("\n\n")[0], extra,
+                            per_set="also each score's validation quantile per set beside the pooled one")
     ctx = reopen_run(args.run_dir)
     ch = Chapter(ctx.run_dir, "abstention")
     frozen = load_frozen(ch)
     regime = regimes.shipped(regimes.of_run(ctx))
     pte = load_states(ch, len(frozen.class_names), names=("pte",), regime=regime)["pte"].forward
-    field = val_from_field(args.run_dir)
+    field = is_field_train(regime_val_rows(frozen, regime))  # chapter 11's validation rows, in its order
     for views in args.views:
         reference, from_field, val, jigsaw, sets, temperature = program_sets(
             args.run_dir, Views(pte, views) if views > 1 else None)
@@ -92,8 +85,8 @@ def main() -> None:
         print(f"\n=== views {views} ===")
         print_table(study_table(keep, val, jigsaw, sets, temperature, args.coverage, args.risk), sets)
         if args.per_set:
+            on_val = {name: score(val) for name, score in keep.items()}
             for coverage in args.coverage:
-                on_val = {name: score(val) for name, score in keep.items()}
                 lab_q = {n: float(np.quantile(v[~field], coverage, method="higher"))
                          for n, v in on_val.items()}
                 field_q = {n: float(np.quantile(v[field], coverage, method="higher"))

@@ -37,7 +37,7 @@ from ..core import metrics
 from ..core.config import RunContext
 from ..core.evidence import Chapter, read_registry
 from ..core.model_states import STATE_LABELS, STATE_NAMES
-from ..core.sources import FIELD_TRAIN
+from ..core.sources import is_field_train
 from ..training import regimes
 from . import program_outputs
 from .calibration import calibration_block, fit_temperature, nll, probabilities
@@ -104,8 +104,8 @@ def run_chapter(ctx: RunContext, **options: Any) -> dict[str, Any]:
     val_paths = {**VAL_RECORDS, "int8": int8_val_path(ch), "pte": PTE_VAL}
     val_y, test_y = val_rows["label"].to_numpy(), test_rows["label"].to_numpy()
     # field val rows, where the regime has them, calibrate the conformal sets of the field cohorts
-    field_val = ((val_rows["source"] == FIELD_TRAIN).to_numpy() if "source" in val_rows
-                 and (val_rows["source"] == FIELD_TRAIN).any() else None)
+    from_field = is_field_train(val_rows)
+    field_val = from_field if from_field.any() else None
     val = {s: aligned(ch.read_parquet(val_paths[s]), val_rows, n_classes, val_paths[s]) for s in STATE_NAMES}
     test = {s: aligned(ch.read_parquet(TEST_RECORDS[s]), test_rows, n_classes, TEST_RECORDS[s])
             for s in STATE_NAMES}

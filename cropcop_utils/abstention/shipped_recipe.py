@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.evidence import Chapter, sha256_bytes
-from ..core.sources import FIELD_TRAIN
+from ..core.sources import is_field_train
 from ..nets.features import features_frame
 from . import program_outputs as outputs
 from .protection import (
@@ -94,7 +94,8 @@ def measure_protection(
         "fitting": outlier_scores(detectors, fitting, temperature),
     }
     msp = lambda out: confidence_scores(out.logits, temperature)["msp"]  # noqa: E731
-    fitted, chosen = fit_candidates(score["val"], msp(val_out), val_out.correct, score["fitting"], params)
+    val_msp = msp(val_out)
+    fitted, chosen = fit_candidates(score["val"], val_msp, val_out.correct, score["fitting"], params)
 
     sets: dict[str, dict[str, Any]] = {}
 
@@ -135,9 +136,8 @@ def measure_protection(
     near_targets = [str(k) for k in params.get("near_target_kinds") or []]
     judged = verdict(table, chosen, targets, near_targets)
     chosen_fit = fitted[chosen]
-    from_field = (val_rows["source"] == FIELD_TRAIN).to_numpy() if "source" in val_rows.columns else \
-        np.zeros(len(val_rows), dtype=bool)
-    reach = validation_reach(chosen_fit, score["val"][chosen], msp(val_out), val_out.correct,
+    from_field = is_field_train(val_rows)
+    reach = validation_reach(chosen_fit, score["val"][chosen], val_msp, val_out.correct,
                              {"lab val": ("lab", ~from_field), "field val": ("field", from_field)},
                              targets, level)
     return {

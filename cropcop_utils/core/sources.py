@@ -9,6 +9,18 @@ The scored field cohorts (``--field``) are not sources: no model trains or selec
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 LAB = "lab"
 FIELD_TRAIN = "field_train"
 SOURCES = (LAB, FIELD_TRAIN)
+
+
+def is_field_train(rows: Any) -> np.ndarray:
+    """For each row of a frame: whether it is a ``--field-train`` photo (a frame without a ``source``
+    column holds lab rows only)."""
+    if "source" not in rows.columns:
+        return np.zeros(len(rows), dtype=bool)
+    return (rows["source"] == FIELD_TRAIN).to_numpy()
