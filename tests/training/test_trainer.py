@@ -92,3 +92,52 @@ def test_low_res_epochs_train_on_resized_batches_and_every_score_is_at_the_image
     assert steps and trained == [16] * steps + [32] * steps
     assert {px for training, px in seen if not training} == {32}  # validation, every epoch
     assert summary["config"]["low_res"] == {"px": 16, "epochs": 1}  # in the weights' fingerprint
+
+
+def test_validation_runs_the_frozen_trunk_once_and_scores_what_a_whole_pass_scores(tmp_path, monkeypatch):
+    """Every validation pass after the first reads the frozen trunk's kept outputs (the EMA's trunk is the
+    raw model's: neither moves), and the history is the one whole passes give, bit for bit."""
+    import pandas as pd
+    from train_fixtures import TINY_TRAINING
+
+    from cropcop_utils.training import trainer, val_trunk
+
+    torch.set_num_threads(1)
+    reference = {**TINY_TRAINING["reference"], "arch": "test_efficientnet", "drop_path_rate": 0.0}
+    training = {**TINY_TRAINING, "raw_eval": "every", "reference": reference}
+    resolve = train.resolve_config  # a from-scratch model: the settings would refuse to freeze it
+
+    def frozen(section, kind, regime=None):
+        return {**resolve(section, kind, regime), "frozen_groups": 2}
+
+    monkeypatch.setattr(train, "resolve_config", frozen)
+    caches: list[val_trunk.TrunkCache] = []
+    monkeypatch.setattr(trainer, "TrunkCache", lambda: caches.append(val_trunk.TrunkCache()) or caches[-1])
+
+    def history(name: str) -> pd.DataFrame:
+        ctx = build_run(tmp_path, name, training=training)
+        train.train_model(ctx, "reference", progress=False)
+        frame = pd.read_parquet(ctx.run_dir / "training/reference/history.parquet")
+        return frame.drop(columns=["epoch_seconds", "images_per_s"])
+
+    kept = history("kept")
+    assert [(c.computed, c.reused) for c in caches] == [(1, 3)]  # 2 epochs x (raw, EMA) passes
+    monkeypatch.setattr(trainer, "frozen_trunk", lambda model, groups: None)
+    pd.testing.assert_frame_equal(kept, history("whole"), check_exact=True)
+    assert [(c.computed, c.reused) for c in caches] == [(1, 3), (0, 0)]
+
+
+def test_a_trunk_whose_tensors_moved_is_run_again():
+    from cropcop_utils.training.val_trunk import TrunkCache
+
+    trunk = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 1))
+    batches = [(torch.randn(2, 3, 4, 4), torch.tensor([0, 1]))]
+    cache = TrunkCache()
+    with torch.inference_mode():
+        first = cache.outputs(trunk, batches, lambda x: x)
+        assert cache.outputs(trunk, batches, lambda x: x) is first
+        assert (cache.computed, cache.reused) == (1, 1)
+        trunk[0].bias.add_(1.0)
+        again = cache.outputs(trunk, batches, lambda x: x)
+    assert (cache.computed, cache.reused) == (2, 1)
+    torch.testing.assert_close(again[0][1], first[0][1] + 1.0)
