@@ -28,6 +28,12 @@ field cohort, the share rejected of each out-of-scope kind, and of the jigsaw fi
 chapter 11 chooses its candidate on).  It reads what chapter 11 reads — the locked test only through
 chapter 7's record of the ``.pte``'s logits and features — and changes nothing in the run: a study, not a
 test (about 2.5 minutes on 2 cores for the apple book).
+
+With ``--frontier`` it also asks, per detector, whether *any* pair of thresholds meets every target of the
+run's profile (``abstention.targets``, ``near_target_kinds``) on the held-back sets themselves
+(:func:`hindsight_frontier`): thresholds read off the evaluated sets, which no recipe may do — so a
+detector with no such pair cannot meet the targets under any validation-only rule, and the study says
+whether a miss belongs to the rule or to the features.
 """
 
 from __future__ import annotations
@@ -47,8 +53,10 @@ sys.path.insert(0, str(REPO))
 
 from cropcop_utils.abstention import program_outputs as outputs  # noqa: E402
 from cropcop_utils.abstention.chapter import abstention_params, regime_val_rows  # noqa: E402
+from cropcop_utils.abstention.hindsight import frontier  # noqa: E402
 from cropcop_utils.abstention.protection import (  # noqa: E402
     CANDIDATES,
+    FAR_KINDS,
     Outputs,
     fit_detectors,
     outlier_scores,
@@ -241,6 +249,43 @@ def study_table(scores: dict[str, Score], val: Outputs, jigsaw: Outputs, sets: S
     return pd.DataFrame(rows)
 
 
+def hindsight_frontier(scores: dict[str, Score], val: Outputs, sets: Sets, temperature: float,
+                       targets: dict[str, float], near_kinds: list[str]) -> pd.DataFrame:
+    """Per detector, chapter 11's hindsight diagnosis (:func:`cropcop_utils.abstention.hindsight.frontier`):
+    the best pair of thresholds read off the evaluated sets, its figures, and how many grid pairs meet
+    every target — a diagnosis of what the features allow, never a recipe."""
+    msp = {name: confidence_scores(o.logits, temperature)["msp"] for name, (_, o) in sets.items()}
+    val_msp = confidence_scores(val.logits, temperature)["msp"]
+    rows = []
+    for name, score in scores.items():
+        found = frontier(score(val), val_msp, {
+            set_name: {"kind": kind if kind == "in_scope" else ("far" if set_name in FAR_KINDS else "near"),
+                       "score": score(o), "msp": msp[set_name], "correct": o.correct}
+            for set_name, (kind, o) in sets.items()}, targets, near_kinds)
+        row = {key: found[key] for key in ("pairs_meeting_all", "best_slack", "binding", "val_kept",
+                                           "confidence_threshold")}
+        row.update({f"{set_name} {k}": v for set_name, fig in found["figures"].items()
+                    for k, v in fig.items()})
+        rows.append({"detector": name, **row})
+    return pd.DataFrame(rows).sort_values("best_slack", ascending=False)
+
+
+def print_frontier(frontier: pd.DataFrame, targets: dict[str, float], near_kinds: list[str]) -> None:
+    print("\nin hindsight (thresholds read off the evaluated sets: what the features allow, not a recipe); "
+          f"targets {targets}, near kinds {near_kinds}")
+    with pd.option_context("display.width", 250, "display.max_columns", 40, "display.float_format",
+                           "{:.3f}".format):
+        print(frontier.set_index("detector").T.to_string())
+
+
+def frontier_targets(params: dict) -> tuple[dict[str, float], list[str]]:
+    """The run's targets (chapter 11's defaults under the profile's) and its near target kinds."""
+    from cropcop_utils.abstention.protection import TARGET_DEFAULTS
+
+    return ({**TARGET_DEFAULTS, **(params.get("targets") or {})},
+            [str(k) for k in params.get("near_target_kinds") or []])
+
+
 def print_table(table: pd.DataFrame, sets: Sets) -> None:
     with pd.option_context("display.width", 250, "display.max_columns", 40, "display.float_format",
                            "{:.3f}".format):
@@ -273,12 +318,16 @@ def settings(description: str, extra: Callable[[argparse.ArgumentParser], object
 
 def main() -> None:
     args, params = settings(__doc__.split("\n\n")[0], head=(
-        "also the detectors that read the classifier head (ViM, NNGuide, fDBD, NCI) and GEN"))
+        "also the detectors that read the classifier head (ViM, NNGuide, fDBD, NCI) and GEN"), frontier=(
+        "also each detector's best thresholds in hindsight against the profile's targets"))
     reference, from_field, val, jigsaw, sets, temperature = program_sets(args.run_dir)
     scores = detectors(reference, from_field, temperature, int(params["knn_k"]))
     if args.head:
         scores |= head_detectors(reference, shipped_head(args.run_dir, reference), int(params["knn_k"]))
     print_table(study_table(scores, val, jigsaw, sets, temperature, args.coverage, args.risk), sets)
+    if args.frontier:
+        targets, near = frontier_targets(params)
+        print_frontier(hindsight_frontier(scores, val, sets, temperature, targets, near), targets, near)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from abstention_detector_study import (  # noqa: E402
     Score,
+    frontier_targets,
+    hindsight_frontier,
+    print_frontier,
     print_table,
     program_sets,
     settings,
@@ -194,7 +197,8 @@ def main() -> None:
         "also the packaged ImageNet weights' pooled features of the same architecture (frozen, never "
         "fine-tuned), alone and beside the shipped model's"), imagenet_int8=(
         "--imagenet, with those features from an INT8 .pte of the ImageNet network, quantised by the "
-        "shipped regime's selected PTQ candidate (what a program shipping them would compute)"))
+        "shipped regime's selected PTQ candidate (what a program shipping them would compute)"), frontier=(
+        "also each detector's best thresholds in hindsight against the profile's targets"))
     shipped = shipped_float(args.run_dir)
     imagenet = None
     if args.imagenet or args.imagenet_int8:
@@ -209,6 +213,9 @@ def main() -> None:
     reference, _, val, jigsaw, sets, temperature = program_sets(args.run_dir, forward)
     scores = layer_scores(reference, val, jigsaw, forward.slices, int(params["knn_k"]))
     print_table(study_table(scores, val, jigsaw, sets, temperature, args.coverage, args.risk), sets)
+    if args.frontier:
+        targets, near = frontier_targets(params)
+        print_frontier(hindsight_frontier(scores, val, sets, temperature, targets, near), targets, near)
 
 
 if __name__ == "__main__":

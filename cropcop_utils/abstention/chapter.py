@@ -264,7 +264,11 @@ def protection_summary(protection: dict[str, Any]) -> dict[str, Any]:
             # per validation set, what the recipe did there and whether any threshold could meet the targets
             "validation": {name: {**r, "coverage": r["coverage"]["value"],
                                   "selective_accuracy": r["selective_accuracy"]["value"]}
-                           for name, r in (protection.get("validation") or {}).items()}}
+                           for name, r in (protection.get("validation") or {}).items()},
+            # the chosen score in hindsight: could any thresholds read off the evaluated sets meet the targets
+            "hindsight": {k: v for k, v in
+                          (protection.get("hindsight") or {}).get(protection["chosen"], {}).items()
+                          if k != "figures"}}
 
 
 # --------------------------------------------------------------------------- tables and prose

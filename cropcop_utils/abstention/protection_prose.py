@@ -75,6 +75,41 @@ def validation_sentence(validation: dict[str, Any]) -> str:
         "." + tail
 
 
+def hindsight_sentence(protection: dict[str, Any]) -> str:
+    """Whether any thresholds on the chosen score, or on another candidate, would meet every target when read
+    off the evaluated sets themselves (:mod:`.hindsight`): is a miss the rule's, or the score's?"""
+    found, chosen = protection.get("hindsight") or {}, protection["chosen"]
+    mine = found.get(chosen)
+    if not mine or mine["pairs_meeting_all"] is None:
+        return ""
+    head = (
+        "In hindsight (what the scores allow, never a recipe: a grid of "
+        f"{mine['pairs']:,} pairs of outlier and confidence thresholds per candidate, measured on the "
+        "evaluated sets above): "
+    )
+    if mine["pairs_meeting_all"]:
+        body = (f"with `{chosen}`, {mine['pairs_meeting_all']:,} pairs meet every target"
+                + ("." if protection["verdict"]["protects"] else
+                   ", so thresholds that protect exist for this score and the rule fitted on validation did "
+                   "not find them."))
+    else:
+        body = (f"with `{chosen}` no pair meets every target; the best falls short by "
+                f"{100 * mine['shortfall']:.1f} points on {mine['binding']}, so no rule fitted on validation "
+                "could meet them with this score.")
+    others = {n: f for n, f in found.items() if n != chosen and f["pairs_meeting_all"] is not None}
+    able = [n for n, f in others.items() if f["pairs_meeting_all"]]
+    if able:
+        tail = " Another candidate would have such pairs: " + ", ".join(
+            f"`{n}` ({others[n]['pairs_meeting_all']:,})" for n in able) + "."
+    elif others:
+        closest = min(others, key=lambda n: others[n]["shortfall"])
+        tail = (f" Nor has any other candidate such a pair (the closest, `{closest}`, falls short by "
+                f"{100 * others[closest]['shortfall']:.1f} points on {others[closest]['binding']}).")
+    else:
+        tail = ""
+    return head + body + tail
+
+
 def _check(c: dict[str, Any]) -> str:
     unit = 100.0
     return f"{c['what']} {unit * c['value']:.1f} % (target {c['op']} {unit * c['goal']:.0f} %)"
@@ -109,6 +144,7 @@ def protection_text(protection: dict[str, Any]) -> str:
         + ".\n\n"
         + verdict_sentence(protection["verdict"])
         + ("\n\n" + validation_sentence(protection["validation"]) if protection.get("validation") else "")
+        + ("\n\n" + hindsight_sentence(protection) if hindsight_sentence(protection) else "")
     )
 
 

@@ -17,6 +17,7 @@ from ..core.evidence import Chapter, sha256_bytes
 from ..core.sources import is_field_train
 from ..nets.features import features_frame
 from . import program_outputs as outputs
+from .hindsight import frontiers
 from .protection import (
     CANDIDATE_LABELS,
     FAR_KINDS,
@@ -135,6 +136,8 @@ def measure_protection(
     targets = {**TARGET_DEFAULTS, **(params.get("targets") or {})}
     near_targets = [str(k) for k in params.get("near_target_kinds") or []]
     judged = verdict(table, chosen, targets, near_targets)
+    # a diagnosis beside the verdict, never the recipe: could any thresholds meet the targets at all?
+    hindsight = frontiers(score["val"], val_msp, sets, targets, near_targets)
     chosen_fit = fitted[chosen]
     from_field = is_field_train(val_rows)
     reach = validation_reach(chosen_fit, score["val"][chosen], val_msp, val_out.correct,
@@ -178,6 +181,7 @@ def measure_protection(
         "near_target_kinds": near_targets,
         "verdict": judged,
         "validation": reach,
+        "hindsight": hindsight,
         "table": at(TABLE),
         "decisions": at(DECISIONS),
     }

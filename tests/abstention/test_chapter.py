@@ -82,6 +82,13 @@ def test_chapter_runs_headless_and_writes_the_recipe(smoke_chapter):
     assert recipe["protection"]["validation"]["lab val"]["reach"] == lab_val["reach"]
     assert any("What validation already said" in "".join(o.get("data", {}).get("text/markdown", ""))
                for o in outputs)
+    # in hindsight, for every candidate: could thresholds read off the evaluated sets meet every target?
+    hindsight = protection["hindsight"]
+    assert set(hindsight) == set(protection["candidates"])
+    assert set(hindsight[protection["chosen"]]["figures"]) == set(protection["held_back"])
+    assert recipe["protection"]["hindsight"] == {k: v for k, v in hindsight[protection["chosen"]].items()
+                                                 if k != "figures"}
+    assert any("In hindsight" in "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
     assert any("does not protect" in "".join(o.get("data", {}).get("text/markdown", ""))
                or "The abstention protects" in "".join(o.get("data", {}).get("text/markdown", ""))
                for o in outputs)
@@ -125,6 +132,9 @@ def test_temperature_and_thresholds_come_from_validation_alone(smoke_chapter, tm
     old_p, new_p = before["figures"]["protection"], after["figures"]["protection"]
     assert new_p["recipe"] == old_p["recipe"] and new_p["candidates"] == old_p["candidates"]
     assert new_p["validation"] == old_p["validation"]  # what validation said is validation's alone
+    # the hindsight diagnosis reads the evaluated sets, so it moves with them (and never reaches the recipe)
+    assert (new_p["hindsight"][new_p["chosen"]]["figures"]["lab_test"]
+            != old_p["hindsight"][old_p["chosen"]]["figures"]["lab_test"])
     assert new_p["chosen_figures"]["lab_test"] != old_p["chosen_figures"]["lab_test"]
     assert "lab_test" in old_p["held_back"] and old_p["fitted_on"]["fitting_kinds"] == ["jigsaw"]
     # ... and neither do other evaluated out-of-scope inputs (more noise, crops of every sample photo)

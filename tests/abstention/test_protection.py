@@ -140,3 +140,26 @@ def test_the_validation_sentence_names_each_set_and_the_one_no_threshold_could_s
     assert validation_sentence({}) == ""
     none = entry(0.0, False) | {"selective_accuracy": {"value": None, "ci": None, "reason": "no rows"}}
     assert "right on n/a" in validation_sentence({"field val": none})  # a recipe that answers none
+
+
+def test_the_hindsight_sentence_tells_a_miss_of_the_rule_from_a_miss_of_the_score():
+    from cropcop_utils.abstention.protection_prose import hindsight_sentence
+
+    def found(meeting, shortfall, binding="other_crop rejected"):
+        return {"pairs": 40804, "pairs_meeting_all": meeting, "best_slack": -shortfall,
+                "shortfall": shortfall, "binding": binding, "figures": {}}
+
+    def protection(mine, other, protects=False):
+        return {"chosen": "mahalanobis", "verdict": {"protects": protects},
+                "hindsight": {"mahalanobis": mine, "knn": other}}
+
+    score = hindsight_sentence(protection(found(0, 0.043), found(0, 0.07, "field-apple answered")))
+    assert "a grid of 40,804 pairs" in score
+    assert ("with `mahalanobis` no pair meets every target; the best falls short by 4.3 points on "
+            "other_crop rejected, so no rule fitted on validation could meet them with this score") in score
+    assert "the closest, `knn`, falls short by 7.0 points on field-apple answered" in score
+    rule = hindsight_sentence(protection(found(12, 0.0), found(3, 0.0)))
+    assert "12 pairs meet every target, so thresholds that protect exist for this score and the rule " \
+        "fitted on validation did not find them" in rule and "`knn` (3)" in rule
+    assert "did not find" not in hindsight_sentence(protection(found(12, 0.0), found(0, 0.1), protects=True))
+    assert hindsight_sentence({"chosen": "mahalanobis", "verdict": {"protects": False}}) == ""
