@@ -60,6 +60,7 @@ from cropcop_utils.abstention.protection import (  # noqa: E402
     Outputs,
     fit_detectors,
     outlier_scores,
+    targets_of,
 )
 from cropcop_utils.abstention.records import TEST_RECORDS  # noqa: E402
 from cropcop_utils.abstention.selective import choose_threshold, confidence_scores  # noqa: E402
@@ -278,14 +279,6 @@ def print_frontier(frontier: pd.DataFrame, targets: dict[str, float], near_kinds
         print(frontier.set_index("detector").T.to_string())
 
 
-def frontier_targets(params: dict) -> tuple[dict[str, float], list[str]]:
-    """The run's targets (chapter 11's defaults under the profile's) and its near target kinds."""
-    from cropcop_utils.abstention.protection import TARGET_DEFAULTS
-
-    return ({**TARGET_DEFAULTS, **(params.get("targets") or {})},
-            [str(k) for k in params.get("near_target_kinds") or []])
-
-
 def print_table(table: pd.DataFrame, sets: Sets) -> None:
     with pd.option_context("display.width", 250, "display.max_columns", 40, "display.float_format",
                            "{:.3f}".format):
@@ -326,7 +319,7 @@ def main() -> None:
         scores |= head_detectors(reference, shipped_head(args.run_dir, reference), int(params["knn_k"]))
     print_table(study_table(scores, val, jigsaw, sets, temperature, args.coverage, args.risk), sets)
     if args.frontier:
-        targets, near = frontier_targets(params)
+        targets, near = targets_of(params)
         print_frontier(hindsight_frontier(scores, val, sets, temperature, targets, near), targets, near)
 
 

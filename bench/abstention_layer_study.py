@@ -47,7 +47,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from abstention_detector_study import (  # noqa: E402
     Score,
-    frontier_targets,
     hindsight_frontier,
     print_frontier,
     print_table,
@@ -57,7 +56,7 @@ from abstention_detector_study import (  # noqa: E402
     study_table,
 )
 
-from cropcop_utils.abstention.protection import Outputs, fit_detectors  # noqa: E402
+from cropcop_utils.abstention.protection import Outputs, fit_detectors, targets_of  # noqa: E402
 
 
 class LayerForward:
@@ -214,7 +213,7 @@ def main() -> None:
     scores = layer_scores(reference, val, jigsaw, forward.slices, int(params["knn_k"]))
     print_table(study_table(scores, val, jigsaw, sets, temperature, args.coverage, args.risk), sets)
     if args.frontier:
-        targets, near = frontier_targets(params)
+        targets, near = targets_of(params)
         print_frontier(hindsight_frontier(scores, val, sets, temperature, targets, near), targets, near)
 
 

@@ -45,8 +45,7 @@ def frontier(val_score: np.ndarray, val_msp: np.ndarray, sets: dict[str, dict[st
     best slack with the target that binds there, that pair's validation share kept and confidence
     threshold, and every set's figures at it."""
     val_score, val_msp = np.asarray(val_score, dtype=np.float64), np.asarray(val_msp, dtype=np.float64)
-    everything = max(float(np.max(s["score"])) for s in [{"score": val_score}, *sets.values()]
-                     if len(s["score"]))
+    everything = max(float(np.max(v)) for v in [val_score, *(s["score"] for s in sets.values())] if len(v))
     thresholds = np.r_[np.quantile(val_score, np.linspace(0.5, 1.0, steps)), everything]
     confidences = np.r_[0.0, np.quantile(val_msp, np.linspace(0.0, 0.5, steps))]
     margins: dict[str, np.ndarray] = {}

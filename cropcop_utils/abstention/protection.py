@@ -54,6 +54,13 @@ TARGET_DEFAULTS = {
 }
 
 
+def targets_of(params: dict[str, Any]) -> tuple[dict[str, float], list[str]]:
+    """The chapter's targets (:data:`TARGET_DEFAULTS` under the profile's ``targets``) and the near kinds
+    they apply to (``near_target_kinds``)."""
+    return ({**TARGET_DEFAULTS, **(params.get("targets") or {})},
+            [str(k) for k in params.get("near_target_kinds") or []])
+
+
 @dataclass(frozen=True)
 class Outputs:
     """One set of inputs through the program: its logits, features and labels (-1: out of scope)."""

@@ -144,7 +144,7 @@ def protection_text(protection: dict[str, Any]) -> str:
         + ".\n\n"
         + verdict_sentence(protection["verdict"])
         + ("\n\n" + validation_sentence(protection["validation"]) if protection.get("validation") else "")
-        + ("\n\n" + hindsight_sentence(protection) if hindsight_sentence(protection) else "")
+        + ("\n\n" + hindsight if (hindsight := hindsight_sentence(protection)) else "")
     )
 
 

@@ -22,12 +22,12 @@ from .protection import (
     CANDIDATE_LABELS,
     FAR_KINDS,
     FITTING_KIND,
-    TARGET_DEFAULTS,
     Outputs,
     evaluate,
     fit_candidates,
     fit_detectors,
     outlier_scores,
+    targets_of,
     validation_reach,
     verdict,
 )
@@ -133,8 +133,7 @@ def measure_protection(
     table = evaluate(fitted, sets, level)
     ch.write_parquet(at(TABLE), table)
     ch.write_parquet(at(DECISIONS), decisions(fitted[chosen], chosen, sets))
-    targets = {**TARGET_DEFAULTS, **(params.get("targets") or {})}
-    near_targets = [str(k) for k in params.get("near_target_kinds") or []]
+    targets, near_targets = targets_of(params)
     judged = verdict(table, chosen, targets, near_targets)
     # a diagnosis beside the verdict, never the recipe: could any thresholds meet the targets at all?
     hindsight = frontiers(score["val"], val_msp, sets, targets, near_targets)
